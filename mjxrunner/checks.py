@@ -1,0 +1,101 @@
+"""Validation of user input. Each function raises before anything is changed."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+
+def count(value: Any, name: str, minimum: int = 1) -> int:
+    """A Python or NumPy integer ``>= minimum`` (bools refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def real(value: Any, name: str, positive: bool = False) -> float:
+    """A finite real scalar (bools refused), optionally > 0."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not np.isfinite(value) or (positive and value <= 0):
+        raise ValueError(f"{name} must be finite{' and > 0' if positive else ''}, got {value}")
+    return value
+
+
+def _array(value: Any, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception as e:  # ragged lists and the like
+        raise TypeError(f"{name} must be array-like: {e}") from None
+    if arr.dtype == object:
+        raise TypeError(f"{name} must be a numeric array, got objects")
+    return arr
+
+
+def env_ids(value: Any, num_envs: int) -> np.ndarray:
+    """World indices, in the order given, as unique int64 in ``[0, num_envs)``.
+
+    Accepts an int, a sequence or 1-D array of ints; refuses bools, floats,
+    duplicates and out-of-range or negative ids (no Python-style wrap-around).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("env_ids must be ints, got a bool (pass a mask to reset() instead)")
+    if isinstance(value, numbers.Integral):
+        value = [value]
+    ids = _array(value, "env_ids")
+    if ids.size == 0:
+        return np.zeros((0,), np.int64)
+    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"env_ids must be integers, got dtype {ids.dtype}")
+    if ids.ndim != 1:
+        raise ValueError(f"env_ids must be 1-D, got shape {ids.shape}")
+    bad = ids[(ids < 0) | (ids >= num_envs)]
+    if bad.size:
+        raise ValueError(f"env_ids must lie in [0, {num_envs}), got {bad.tolist()}")
+    if np.unique(ids).size != ids.size:
+        raise ValueError(f"env_ids must be unique, got duplicates in {ids.tolist()}")
+    return ids.astype(np.int64)
+
+
+def ids_mask(value: Any, num_envs: int) -> np.ndarray:
+    """A ``(num_envs,)`` bool mask from env ids (None selects every world)."""
+    mask = np.zeros((num_envs,), bool)
+    if value is None:
+        mask[:] = True
+    else:
+        mask[env_ids(value, num_envs)] = True
+    return mask
+
+
+def bool_vector(value: Any, name: str, sizes: tuple[int, ...]) -> np.ndarray:
+    """A 1-D bool array whose length is one of ``sizes``."""
+    arr = _array(value, name)
+    if arr.dtype != bool:
+        raise TypeError(f"{name} must have dtype bool, got {arr.dtype}")
+    if arr.ndim != 1 or arr.shape[0] not in sizes:
+        shapes = " or ".join(f"({s},)" for s in sizes)
+        raise ValueError(f"{name} must have shape {shapes}, got {arr.shape}")
+    return arr
+
+
+def finite_array(value: Any, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A real array of exactly ``shape``, all finite, cast to ``dtype``."""
+    arr = _array(value, name)
+    if arr.dtype == bool or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise TypeError(f"{name} must be real numbers, got dtype {arr.dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        where = np.argwhere(~np.isfinite(arr)).tolist()[:5]
+        raise ValueError(f"{name} must be finite; got NaN or Inf at {where}")
+    limit = np.finfo(dtype).max
+    if arr.size and np.abs(arr).max() > limit:
+        raise ValueError(f"{name} overflows {np.dtype(dtype).name} (|x| > {limit:.3g})")
+    return arr.astype(dtype)

@@ -1,0 +1,385 @@
+"""``MultiEnvRunner``: a thin stateful shell over the pure functions in ``core``.
+
+It holds the compiled functions, two state buffers and the default snapshot. A step
+writes into the scratch buffer by donation and then swaps, so the previous state
+stays readable (``next_data``) until the next step, and stepping keeps two copies of
+the batch, not three.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+from mjxrunner import backend, checks, core
+from mjxrunner.models import load_any
+from mjxrunner.state import RunnerState
+from mjxrunner.worlds import select_worlds
+
+
+def _copy(tree: Any) -> Any:
+    return jax.tree.map(jnp.copy, tree)
+
+
+def _cleared(state: RunnerState) -> RunnerState:
+    """A copy of ``state`` with counters and flags cleared: a default snapshot."""
+    return _copy(state).replace(
+        episode_length=jnp.zeros_like(state.episode_length),
+        terminated=jnp.zeros_like(state.terminated),
+        truncated=jnp.zeros_like(state.truncated),
+    )
+
+
+def _step_into(model, state, scratch, dt, substeps):
+    del scratch  # donated: its buffers receive the new state
+    return core.step(model, state, dt, substeps)
+
+
+def _rollout_into(model, state, scratch, actions_or_policy, n_steps, dt, substeps):
+    del scratch  # donated, as in _step_into
+    return core.rollout(model, state, actions_or_policy, n_steps, dt, substeps)
+
+
+def _reset(model, state, default_model, default_state, mask):
+    if mask is None:
+        return default_model, _copy(default_state).replace(rng=state.rng)
+    done, shared = core.parse_mask(mask, state.num_envs)
+    model = select_worlds(done, default_model, model, shared)
+    return model, core.reset(state, default_state, mask)
+
+
+def _set_ctrl(state, mask, values):
+    ctrl = jnp.where(mask[:, None], values, state.ctrl)
+    return state.replace(ctrl=ctrl)
+
+
+def _set_flags(state, terminated, truncated):
+    return state.replace(terminated=terminated, truncated=truncated)
+
+
+class MultiEnvRunner:
+    """``num_envs`` MuJoCo worlds stepped together on MJX.
+
+    Args:
+      model: an ``MjModel``, a name from ``models/`` (see ``mjxrunner.models.list()``),
+        a path to an MJCF/MJB file, or MJCF text.
+      num_envs: number of worlds.
+      impl: MJX implementation, ``"jax"`` or ``"warp"``; always passed to MJX.
+      seed: seeds the per-world RNG keys.
+      device: None (JAX's default device), a ``jax.Device`` or a platform name.
+      keyframe: name or index of a keyframe to start from (None: ``qpos0``).
+
+    The state after construction (and after :meth:`build_default`) is the default
+    snapshot that resets restore.
+    """
+
+    def __init__(
+        self,
+        model: mujoco.MjModel | str | os.PathLike,
+        num_envs: int,
+        *,
+        impl: str = "jax",
+        seed: int = 0,
+        device: Any = None,
+        keyframe: int | str | None = None,
+    ):
+        num_envs = checks.count(num_envs, "num_envs")
+        impl = backend.check_impl(impl)
+        seed = checks.count(seed, "seed", minimum=0)
+        if impl == "warp":
+            raise NotImplementedError("impl 'warp' is not supported by MultiEnvRunner yet")
+        device = backend.resolve_device(device)
+        mj_model = load_any(model)
+        backend.check_supported(mj_model, impl)
+        mj_data = mujoco.MjData(mj_model)
+        if keyframe is not None:
+            mujoco.mj_resetDataKeyframe(mj_model, mj_data, self._keyframe_id(mj_model, keyframe))
+        mujoco.mj_forward(mj_model, mj_data)
+
+        self._mj_model = mj_model
+        self._impl = impl
+        self._device = device
+        self._num_envs = num_envs
+        self._model = backend.put_model(mj_model, impl, device)
+        template = backend.put_data(mj_model, mj_data, impl, device)
+
+        self._copy = jax.jit(_copy)
+        self._cleared = jax.jit(_cleared)
+        self._step_fn = jax.jit(
+            _step_into, static_argnums=(4,), donate_argnums=(2,), keep_unused=True
+        )
+        # Actions are traced; a policy is a function, so it is static (one compile each).
+        self._rollout_actions_fn = jax.jit(
+            _rollout_into, static_argnums=(4, 6), donate_argnums=(2,), keep_unused=True
+        )
+        self._rollout_policy_fn = jax.jit(
+            _rollout_into, static_argnums=(3, 4, 6), donate_argnums=(2,), keep_unused=True
+        )
+        self._reset_fn = jax.jit(_reset, donate_argnums=(1,))
+        self._set_ctrl_fn = jax.jit(_set_ctrl, donate_argnums=(0,))
+        self._set_flags_fn = jax.jit(_set_flags, donate_argnums=(0,))
+
+        with jax.default_device(device):
+            init = jax.jit(core.init, static_argnums=(1, 3))
+            self._state = init(template, num_envs, jax.random.key(seed), mj_model.nu)
+        self._scratch = self._copy(self._state)
+        self._default_model = self._model
+        self._default = self._cleared(self._state)
+        self._layout = "linear"
+        self._origins = np.zeros((num_envs, 3))
+        self.set_linear_layout(0.0)
+
+    @staticmethod
+    def _keyframe_id(m: mujoco.MjModel, keyframe: int | str) -> int:
+        if isinstance(keyframe, str):
+            i = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, keyframe)
+            if i < 0:
+                names = [m.key(k).name for k in range(m.nkey)]
+                raise ValueError(f"no keyframe named {keyframe!r}; keyframes: {names}")
+            return i
+        i = checks.count(keyframe, "keyframe", minimum=0)
+        if i >= m.nkey:
+            raise ValueError(f"keyframe index {i} out of range: the model has {m.nkey}")
+        return i
+
+    # --- properties -------------------------------------------------------------
+
+    @property
+    def model(self) -> mjx.Model:
+        """The device ``mjx.Model`` (it does not follow later edits of ``mj_model``)."""
+        return self._model
+
+    @property
+    def mj_model(self) -> mujoco.MjModel:
+        """The host ``MjModel`` the runner was built from."""
+        return self._mj_model
+
+    @property
+    def state(self) -> RunnerState:
+        """The current :class:`RunnerState` (valid until the next step or reset)."""
+        return self._state
+
+    @property
+    def data(self) -> mjx.Data:
+        """Current batched ``mjx.Data``; its buffers are reused two steps later."""
+        return self._state.data
+
+    @property
+    def next_data(self) -> mjx.Data:
+        """The scratch buffer: after a step, the state before that step."""
+        return self._scratch.data
+
+    @property
+    def control(self) -> jax.Array:
+        """``(num_envs, nu)`` controls applied at the next step."""
+        return self._state.ctrl
+
+    @property
+    def num_envs(self) -> int:
+        return self._num_envs
+
+    @property
+    def impl(self) -> str:
+        return self._impl
+
+    @property
+    def device(self) -> jax.Device:
+        return self._device
+
+    @property
+    def layout(self) -> str:
+        """How ``env_origins`` were laid out: ``"linear"``, ``"grid"`` or ``"custom"``."""
+        return self._layout
+
+    @property
+    def episode_length(self) -> np.ndarray:
+        """``(num_envs,)`` int32 NumPy copy of the steps since each world's reset."""
+        return np.array(self._state.episode_length)
+
+    @property
+    def terminated(self) -> np.ndarray:
+        """``(num_envs,)`` bool NumPy copy."""
+        return np.array(self._state.terminated)
+
+    @property
+    def truncated(self) -> np.ndarray:
+        """``(num_envs,)`` bool NumPy copy."""
+        return np.array(self._state.truncated)
+
+    @property
+    def env_origins(self) -> np.ndarray:
+        """``(num_envs, 3)`` NumPy copy of the display origins of the worlds."""
+        return self._origins.copy()
+
+    @property
+    def backend_info(self) -> dict[str, Any]:
+        """Versions, impl, device and dtypes: record it with every result."""
+        return backend.backend_info(self._impl, self._device)
+
+    def action_dim(self) -> int:
+        """Number of controls per world (``nu``)."""
+        return self._mj_model.nu
+
+    # --- controls and flags -----------------------------------------------------
+
+    def set_actions(self, actions: Any, env_ids: Any = None) -> None:
+        """Sets the controls of all worlds, or of ``env_ids`` only.
+
+        Args:
+          actions: ``(num_envs, nu)``, or ``(len(env_ids), nu)`` with ``env_ids``;
+            finite real numbers. MuJoCo clamps them to ``ctrlrange`` when limited.
+          env_ids: None or unique world indices.
+        """
+        ids = (
+            np.arange(self._num_envs)
+            if env_ids is None
+            else checks.env_ids(env_ids, self._num_envs)
+        )
+        values = checks.finite_array(
+            actions, "actions", (len(ids), self.action_dim()), backend.float_dtype()
+        )
+        full = np.zeros((self._num_envs, self.action_dim()), values.dtype)
+        full[ids] = values  # row k of actions belongs to world ids[k]
+        mask = np.zeros((self._num_envs,), bool)
+        mask[ids] = True
+        self._state = self._set_ctrl_fn(self._state, mask, full)
+
+    def clear_actions(self, env_ids: Any = None) -> None:
+        """Zeroes the controls of all worlds, or of ``env_ids`` only."""
+        mask = checks.ids_mask(env_ids, self._num_envs)
+        full = np.zeros((self._num_envs, self.action_dim()), backend.float_dtype())
+        self._state = self._set_ctrl_fn(self._state, mask, full)
+
+    def set_done_flags(self, terminated: Any, truncated: Any) -> None:
+        """Replaces the ``(num_envs,)`` bool ``terminated`` and ``truncated`` flags."""
+        n = (self._num_envs,)
+        terminated = checks.bool_vector(terminated, "terminated", n)
+        truncated = checks.bool_vector(truncated, "truncated", n)
+        self._state = self._set_flags_fn(self._state, terminated, truncated)
+
+    # --- stepping -----------------------------------------------------------------
+
+    def step(self, dt: float | None = None, substeps: int = 1) -> None:
+        """Advances every world by ``dt`` in ``substeps`` solver calls.
+
+        Args:
+          dt: step length in seconds; None means ``substeps * timestep``.
+          substeps: solver calls per step, each of ``dt / substeps`` seconds. Each
+            distinct value compiles once.
+        """
+        substeps = checks.count(substeps, "substeps")
+        if dt is not None:
+            dt = np.asarray(checks.real(dt, "dt", positive=True), backend.float_dtype())
+        new = self._step_fn(self._model, self._state, self._scratch, dt, substeps)
+        self._scratch, self._state = self._state, new
+
+    def rollout(
+        self, actions_or_policy: Any, n_steps: int, dt: float | None = None, substeps: int = 1
+    ) -> Any:
+        """Runs ``n_steps`` steps in one compiled ``lax.scan`` (see :func:`core.rollout`).
+
+        Args:
+          actions_or_policy: ``(n_steps, num_envs, nu)`` finite controls, or a
+            function ``policy(state, keys) -> (num_envs, nu)`` (compiled once per
+            function object).
+          n_steps: number of steps.
+          dt: as in :meth:`step`.
+          substeps: as in :meth:`step`.
+
+        Returns:
+          The trajectory ``(qpos (n_steps, num_envs, nq), qvel (n_steps, num_envs, nv))``
+          as device arrays. The runner ends in the final state, ``next_data`` holds
+          the state before the rollout.
+        """
+        n_steps = checks.count(n_steps, "n_steps")
+        substeps = checks.count(substeps, "substeps")
+        if dt is not None:
+            dt = np.asarray(checks.real(dt, "dt", positive=True), backend.float_dtype())
+        if callable(actions_or_policy):
+            fn = self._rollout_policy_fn
+        else:
+            fn = self._rollout_actions_fn
+            shape = (n_steps, self._num_envs, self.action_dim())
+            actions_or_policy = checks.finite_array(
+                actions_or_policy, "actions", shape, backend.float_dtype()
+            )
+        new, trajectory = fn(
+            self._model, self._state, self._scratch, actions_or_policy, n_steps, dt, substeps
+        )
+        self._scratch, self._state = self._state, new
+        return trajectory
+
+    # --- resets -------------------------------------------------------------------
+
+    def reset(self, mask: Any = None) -> None:
+        """Restores worlds from the default snapshot (see DESIGN's reset rules).
+
+        Args:
+          mask: None restores everything (RNG excepted). A ``(num_envs,)`` bool mask
+            restores the world-indexed leaves of the selected worlds and leaves
+            shared leaves alone; with shape ``(num_envs + 1,)`` the last entry also
+            restores the shared leaves whole.
+        """
+        if mask is not None:
+            mask = checks.bool_vector(mask, "mask", (self._num_envs, self._num_envs + 1))
+        self._model, self._state = self._reset_fn(
+            self._model, self._state, self._default_model, self._default, mask
+        )
+
+    def reset_all(self) -> None:
+        """Restores every world and every shared leaf; the RNG keeps advancing."""
+        self.reset(None)
+
+    def reset_envs(self, env_ids: Any) -> None:
+        """Restores the world-indexed leaves of ``env_ids``; shared leaves untouched."""
+        self.reset(checks.ids_mask(env_ids, self._num_envs))
+
+    def build_default(self) -> None:
+        """Makes the current state and model the snapshot that resets restore."""
+        self._default = self._cleared(self._state)
+        self._default_model = self._model
+
+    # --- layout (display metadata; never moves bodies in the physics) ---------------
+
+    def env_origin(self, i: int) -> np.ndarray:
+        """``(3,)`` display origin of world ``i``."""
+        (i,) = checks.env_ids(i, self._num_envs)
+        return self._origins[i].copy()
+
+    def set_env_origins(self, origins: Any) -> None:
+        """Sets custom ``(num_envs, 3)`` display origins."""
+        self._origins = checks.finite_array(
+            origins, "origins", (self._num_envs, 3), np.float64
+        ).copy()
+        self._layout = "custom"
+
+    def set_linear_layout(self, spacing: float) -> None:
+        """Places world ``i`` at ``(i * spacing, 0, 0)``."""
+        spacing = checks.real(spacing, "spacing")
+        self._origins = np.zeros((self._num_envs, 3))
+        self._origins[:, 0] = np.arange(self._num_envs) * spacing
+        self._layout = "linear"
+
+    def set_grid_layout(self, spacing: float, columns: int = 0) -> None:
+        """Places worlds row by row on a grid, ``columns`` per row (0: near square)."""
+        spacing = checks.real(spacing, "spacing")
+        columns = checks.count(columns, "columns", minimum=0)
+        columns = columns or math.ceil(math.sqrt(self._num_envs))
+        i = np.arange(self._num_envs)
+        self._origins = np.zeros((self._num_envs, 3))
+        self._origins[:, 0] = (i % columns) * spacing
+        self._origins[:, 1] = (i // columns) * spacing
+        self._layout = "grid"
+
+    def __repr__(self) -> str:
+        return (
+            f"MultiEnvRunner({self._mj_model.nq} dof model, num_envs={self._num_envs}, "
+            f"impl={self._impl!r}, device={self._device})"
+        )

@@ -1,0 +1,38 @@
+"""The runner's pytree: everything that changes from step to step, for all worlds."""
+
+from __future__ import annotations
+
+import jax
+from mujoco import mjx
+
+from mjxrunner.worlds import pytree_dataclass, world_field
+
+
+@pytree_dataclass
+class RunnerState:
+    """State of ``num_envs`` worlds.
+
+    The world axis of ``data`` is known from MJX's single-world template; the other
+    fields declare their core ndim, so :func:`mjxrunner.world_mask` classifies every
+    leaf without looking at sizes.
+
+    Attributes:
+      data: batched ``mjx.Data``; per-world leaves are ``(num_envs, *core_shape)``.
+      ctrl: ``(num_envs, nu)`` controls written into ``data.ctrl`` at every step.
+      episode_length: ``(num_envs,)`` int32, steps since each world's last reset.
+      terminated: ``(num_envs,)`` bool, the episode ended in a terminal state.
+      truncated: ``(num_envs,)`` bool, the episode was cut short (time limit, ...).
+      rng: ``(num_envs, 2)`` uint32 raw PRNG key data, one key per world. Resets
+        never rewind it.
+    """
+
+    data: mjx.Data
+    ctrl: jax.Array = world_field(1)
+    episode_length: jax.Array = world_field(0)
+    terminated: jax.Array = world_field(0)
+    truncated: jax.Array = world_field(0)
+    rng: jax.Array = world_field(1)
+
+    @property
+    def num_envs(self) -> int:
+        return self.ctrl.shape[0]

@@ -1,0 +1,185 @@
+"""The world axis: which leaves of a pytree carry a leading ``num_envs`` axis.
+
+A shape alone never says whether a leaf is per-world: with 3 worlds ``opt.gravity``
+has shape ``(3,)``, and with ``num_envs == nbody`` one world's ``xfrc_applied`` is
+``(nbody, 6)``. So every leaf gets a *core ndim*, its ndim in a single world, and a
+leaf is world-indexed exactly when its ndim exceeds its core ndim:
+
+* leaves of ``mjx.Model`` / ``mjx.Data`` take the ndim of the unbatched template at
+  the same tree path (MJX fixes the rank of every field, whatever the model);
+* fields of our own dataclasses declare it once as field metadata (``CORE_NDIM``);
+* anything else (plain dicts, bare arrays) declares nothing and is shared.
+
+Resets, ``vmap`` axes and sharding are all derived from :func:`world_mask`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+CORE_NDIM = "core_ndim"
+"""Dataclass field-metadata key: the field's ndim in a single world."""
+
+SHARED = -1
+"""Core ndim of a leaf that declares none: it is never world-indexed."""
+
+
+def world_field(core_ndim: int, **kwargs: Any) -> Any:
+    """A dataclass field whose array leaves have ``core_ndim`` dims in one world."""
+    if not isinstance(core_ndim, int) or isinstance(core_ndim, bool) or core_ndim < 0:
+        raise TypeError(f"core_ndim must be a non-negative int, got {core_ndim!r}")
+    return dataclasses.field(metadata={CORE_NDIM: core_ndim}, **kwargs)
+
+
+def static_field(**kwargs: Any) -> Any:
+    """A dataclass field kept out of the pytree's leaves (hashable metadata)."""
+    return dataclasses.field(metadata={"static": True}, **kwargs)
+
+
+def pytree_dataclass(cls: type) -> type:
+    """Freezes ``cls`` as a dataclass and registers it as a pytree.
+
+    Fields made with :func:`static_field` become treedef metadata; all others are
+    children. Use ``.replace(**changes)`` to update.
+    """
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    fields = dataclasses.fields(cls)
+    data = [f.name for f in fields if not f.metadata.get("static")]
+    meta = [f.name for f in fields if f.metadata.get("static")]
+    jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
+    cls.replace = lambda self, **changes: dataclasses.replace(self, **changes)
+    return cls
+
+
+@functools.cache
+def _template_ndims(kind: type, impl: str) -> dict[str, int]:
+    """Core ndim of every leaf path of an mjx ``Model`` or ``Data``.
+
+    MJX gives each field a fixed rank, so the template of an empty model tells the
+    rank for every model of the same impl.
+    """
+    empty = mujoco.MjModel.from_xml_string("<mujoco/>")
+    template = (
+        mjx.put_model(empty, impl=impl) if kind is mjx.Model else mjx.make_data(empty, impl=impl)
+    )
+    leaves = jax.tree_util.tree_leaves_with_path(template)
+    return {jax.tree_util.keystr(path): np.ndim(leaf) for path, leaf in leaves}
+
+
+def _mjx_core_ndims(node: mjx.Model | mjx.Data) -> Any:
+    kind = mjx.Model if isinstance(node, mjx.Model) else mjx.Data
+    table = _template_ndims(kind, node.impl.value)
+
+    def lookup(path, _):
+        key = jax.tree_util.keystr(path)
+        if key not in table:
+            raise ValueError(f"mjx.{kind.__name__} leaf {key} is not in the template")
+        return table[key]
+
+    return jax.tree_util.tree_map_with_path(lookup, node)
+
+
+def _declares_core(node: Any) -> bool:
+    return (
+        dataclasses.is_dataclass(node)
+        and not isinstance(node, type)
+        and any(CORE_NDIM in f.metadata for f in dataclasses.fields(node))
+    )
+
+
+def _is_described(node: Any) -> bool:
+    return isinstance(node, (mjx.Model, mjx.Data)) or _declares_core(node)
+
+
+def core_ndims(tree: Any) -> Any:
+    """The same tree with each leaf replaced by its core ndim (``SHARED`` if none)."""
+    if isinstance(tree, (mjx.Model, mjx.Data)):
+        return _mjx_core_ndims(tree)
+    if _declares_core(tree):
+        changes = {}
+        for f in dataclasses.fields(tree):
+            if f.metadata.get("static"):
+                continue
+            value = getattr(tree, f.name)
+            if CORE_NDIM in f.metadata:
+                n = f.metadata[CORE_NDIM]
+                changes[f.name] = jax.tree.map(lambda _, n=n: n, value)
+            else:
+                changes[f.name] = core_ndims(value)
+        return dataclasses.replace(tree, **changes)
+    return jax.tree.map(
+        lambda x: core_ndims(x) if _is_described(x) else SHARED,
+        tree,
+        is_leaf=_is_described,
+    )
+
+
+def world_mask(tree: Any) -> Any:
+    """The same tree with one bool per leaf: True where the leaf is world-indexed."""
+    return jax.tree.map(
+        lambda leaf, core: core != SHARED and np.ndim(leaf) > core,
+        tree,
+        core_ndims(tree),
+    )
+
+
+def world_axes(tree: Any) -> Any:
+    """``vmap`` axes for ``tree``: 0 for world-indexed leaves, None for shared."""
+    return jax.tree.map(lambda w: 0 if w else None, world_mask(tree))
+
+
+def num_worlds(tree: Any) -> int | None:
+    """The leading size shared by all world-indexed leaves (None if there are none)."""
+    sizes = {
+        np.shape(leaf)[0]
+        for leaf, w in zip(jax.tree.leaves(tree), jax.tree.leaves(world_mask(tree)), strict=True)
+        if w
+    }
+    if len(sizes) > 1:
+        raise ValueError(f"world-indexed leaves disagree on num_envs: {sorted(sizes)}")
+    return sizes.pop() if sizes else None
+
+
+def select_worlds(
+    done: jax.Array, fresh: Any, current: Any, shared: jax.Array | bool = False
+) -> Any:
+    """Takes ``fresh`` for the worlds where ``done`` is True, ``current`` elsewhere.
+
+    World-indexed leaves are selected with a scalar ``done`` inside ``vmap``, so a
+    ``(num_envs,)`` mask is never broadcast against trailing axes. Shared leaves are
+    taken whole from ``fresh`` only when ``shared`` is True: a shared leaf cannot be
+    restored for some worlds and not others.
+
+    A ``fresh`` leaf that is shared where ``current`` is world-indexed (a parameter
+    promoted after the snapshot) is broadcast to every world first.
+
+    Args:
+      done: ``(num_envs,)`` bool, the worlds to restore.
+      fresh: the values to restore from, same tree structure as ``current``.
+      current: the tree to update; its world mask decides what is per-world.
+      shared: scalar bool, whether shared leaves are restored too.
+
+    Returns:
+      A tree shaped like ``current``.
+    """
+    select_one = jax.vmap(lambda d, f, c: jnp.where(d, f, c))
+
+    def pick(is_world, f, c):
+        if is_world:
+            f = jnp.broadcast_to(f, c.shape) if np.ndim(f) < np.ndim(c) else f
+            return select_one(done, f.astype(c.dtype), c)
+        if np.shape(f) != np.shape(c):
+            # The snapshot has another shape signature (promoted or demoted since):
+            # only a full restore can take it, and it takes it whole.
+            return c
+        return jnp.where(shared, f, c).astype(c.dtype)
+
+    return jax.tree.map(pick, world_mask(current), fresh, current)

@@ -1,0 +1,43 @@
+"""Shared fixtures. Compiles are the suite's cost, so runners are module-scoped and
+JAX's persistent compilation cache and Warp's kernel cache are on."""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+CACHE = Path(os.environ.get("MJXRUNNER_CACHE", Path.home() / ".cache" / "mjxrunner"))
+
+import jax  # noqa: E402
+import mujoco  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir", str(CACHE / "jax"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def pytest_configure(config):
+    import warp as wp
+
+    wp.config.kernel_cache_dir = str(CACHE / "warp")
+    wp.config.quiet = True
+
+
+def slider_xml(nbody: int) -> str:
+    """``nbody - 1`` bodies, each on its own vertical slide joint: nbody == nq + 1."""
+    bodies = "".join(
+        f"<body name='b{i}' pos='{i} 0 1'><joint name='j{i}' type='slide' axis='0 0 1'/>"
+        f"<geom type='sphere' size='0.1' mass='1'/></body>"
+        for i in range(nbody - 1)
+    )
+    motors = "".join(f"<motor joint='j{i}'/>" for i in range(nbody - 1))
+    return (
+        "<mujoco><option timestep='0.01'><flag contact='disable'/></option>"
+        f"<worldbody>{bodies}</worldbody><actuator>{motors}</actuator></mujoco>"
+    )
+
+
+@pytest.fixture(scope="session")
+def slider3() -> mujoco.MjModel:
+    """3 slide joints, nbody == 4, nq == nv == nu == 3."""
+    return mujoco.MjModel.from_xml_string(slider_xml(4))
