@@ -8,6 +8,8 @@ the batch, not three.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
 from typing import Any
@@ -18,10 +20,10 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import backend, checks, core
+from mjxrunner import backend, checks, core, params
 from mjxrunner.models import load_any
 from mjxrunner.state import RunnerState
-from mjxrunner.worlds import select_worlds
+from mjxrunner.worlds import core_ndims, select_worlds, world_mask
 
 
 def _copy(tree: Any) -> Any:
@@ -42,17 +44,58 @@ def _step_into(model, state, scratch, dt, substeps):
     return core.step(model, state, dt, substeps)
 
 
+def _split_rng(state: RunnerState) -> tuple[RunnerState, jax.Array]:
+    """Advances every world's key; returns the state and one fresh key per world."""
+    keys = jax.vmap(jax.random.split)(state.rng)
+    return state.replace(rng=keys[:, 0]), keys[:, 1]
+
+
+def _randomize_worlds(rand, model, default_model, state, mask):
+    state, keys = _split_rng(state)
+    model = params.randomize(
+        model, default_model, keys, mask, rand.terms, rand.template, rand.mj_model
+    )
+    return model, state
+
+
+def _step_randomized(rand, model, state, scratch, default_model, dt, substeps):
+    """A step that redraws the parameters of worlds every ``rand.every_n_steps``."""
+    del scratch
+    state = core.step(model, state, dt, substeps)
+    due = state.episode_length % rand.every_n_steps == 0
+    return _randomize_worlds(rand, model, default_model, state, due)
+
+
 def _rollout_into(model, state, scratch, actions_or_policy, n_steps, dt, substeps):
     del scratch  # donated, as in _step_into
     return core.rollout(model, state, actions_or_policy, n_steps, dt, substeps)
 
 
-def _reset(model, state, default_model, default_state, mask):
+def _reset(rand, model, state, default_model, default_state, mask):
     if mask is None:
-        return default_model, _copy(default_state).replace(rng=state.rng)
-    done, shared = core.parse_mask(mask, state.num_envs)
-    model = select_worlds(done, default_model, model, shared)
-    return model, core.reset(state, default_state, mask)
+        model, state = default_model, _copy(default_state).replace(rng=state.rng)
+        done = jnp.ones((state.num_envs,), bool)
+    else:
+        done, shared = core.parse_mask(mask, state.num_envs)
+        model = select_worlds(done, default_model, model, shared)
+        state = core.reset(state, default_state, mask)
+    if rand is not None and rand.on_reset:
+        model, state = _randomize_worlds(rand, model, default_model, state, done)
+    return model, state
+
+
+_reset_plain = functools.partial(_reset, None)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Randomization:
+    """What the compiled step and reset need to redraw parameters (closed over)."""
+
+    terms: tuple[params.Term, ...]
+    on_reset: bool
+    every_n_steps: int
+    template: mjx.Data
+    mj_model: mujoco.MjModel
 
 
 def _set_ctrl(state, mask, values):
@@ -110,11 +153,12 @@ class MultiEnvRunner:
         self._model = backend.put_model(mj_model, impl, device)
         template = backend.put_data(mj_model, mj_data, impl, device)
 
+        self._template = template
+        self._randomization: _Randomization | None = None
+        self._recompute_fn = None
         self._copy = jax.jit(_copy)
         self._cleared = jax.jit(_cleared)
-        self._step_fn = jax.jit(
-            _step_into, static_argnums=(4,), donate_argnums=(2,), keep_unused=True
-        )
+        self._build_step_and_reset()
         # Actions are traced; a policy is a function, so it is static (one compile each).
         self._rollout_actions_fn = jax.jit(
             _rollout_into, static_argnums=(4, 6), donate_argnums=(2,), keep_unused=True
@@ -122,7 +166,6 @@ class MultiEnvRunner:
         self._rollout_policy_fn = jax.jit(
             _rollout_into, static_argnums=(3, 4, 6), donate_argnums=(2,), keep_unused=True
         )
-        self._reset_fn = jax.jit(_reset, donate_argnums=(1,))
         self._set_ctrl_fn = jax.jit(_set_ctrl, donate_argnums=(0,))
         self._set_flags_fn = jax.jit(_set_flags, donate_argnums=(0,))
 
@@ -135,6 +178,26 @@ class MultiEnvRunner:
         self._layout = "linear"
         self._origins = np.zeros((num_envs, 3))
         self.set_linear_layout(0.0)
+
+    def _build_step_and_reset(self) -> None:
+        """Assembles the compiled step and reset for the current randomization."""
+        rand = self._randomization
+        if rand is not None and rand.every_n_steps:
+            step = functools.partial(_step_randomized, rand)
+            self._step_fn = jax.jit(
+                step, static_argnums=(5,), donate_argnums=(2,), keep_unused=True
+            )
+        else:
+            self._step_fn = jax.jit(
+                _step_into, static_argnums=(4,), donate_argnums=(2,), keep_unused=True
+            )
+        # Without randomization the module-level function is used, so runners of the
+        # same model share one compiled reset.
+        reset = _reset_plain if rand is None else functools.partial(_reset, rand)
+        self._reset_fn = jax.jit(reset, donate_argnums=(1,))
+        self._randomize_fn = (
+            None if rand is None else jax.jit(functools.partial(_randomize_worlds, rand))
+        )
 
     @staticmethod
     def _keyframe_id(m: mujoco.MjModel, keyframe: int | str) -> int:
@@ -277,7 +340,12 @@ class MultiEnvRunner:
         substeps = checks.count(substeps, "substeps")
         if dt is not None:
             dt = np.asarray(checks.real(dt, "dt", positive=True), backend.float_dtype())
-        new = self._step_fn(self._model, self._state, self._scratch, dt, substeps)
+        if self._randomization is not None and self._randomization.every_n_steps:
+            self._model, new = self._step_fn(
+                self._model, self._state, self._scratch, self._default_model, dt, substeps
+            )
+        else:
+            new = self._step_fn(self._model, self._state, self._scratch, dt, substeps)
         self._scratch, self._state = self._state, new
 
     def rollout(
@@ -345,6 +413,153 @@ class MultiEnvRunner:
         """Makes the current state and model the snapshot that resets restore."""
         self._default = self._cleared(self._state)
         self._default_model = self._model
+
+    # --- per-world parameters and randomization ------------------------------------
+
+    def param(self, path: str) -> np.ndarray:
+        """NumPy copy of model field ``path``: core shape, or ``(num_envs, *core)``."""
+        return np.array(params.get_leaf(self._model, path))
+
+    def set_param(self, path: str, values: Any, env_ids: Any = None) -> None:
+        """Sets a model field for all worlds, or per world.
+
+        Args:
+          path: an ``mjx.Model`` array field, e.g. ``"opt.gravity"``, ``"body_mass"``,
+            ``"geom_friction"``, ``"dof_damping"``, ``"actuator_gainprm"``,
+            ``"opt.timestep"``. Static (structural) fields are refused.
+          values: with ``env_ids=None``, the field's core shape (shared by all worlds:
+            demotes a per-world field) or ``(num_envs, *core)`` (one value per world:
+            promotes it). With ``env_ids``, ``(len(env_ids), *core)`` or the core shape
+            (the same value for each of those worlds); the other worlds keep theirs.
+          env_ids: None or unique world indices.
+
+        Changing the shape signature (promotion, demotion) recompiles the step once;
+        changing values never recompiles. Mass, inertia and armature changes also
+        rebuild the constants MuJoCo derives from them (see ``mjxrunner.params``).
+        """
+        leaf = params.check_settable(self._model, path)
+        core_ndim = params.get_leaf(core_ndims(self._model), path)
+        core = leaf.shape[leaf.ndim - core_ndim :]
+        per_world_now = leaf.ndim > core_ndim
+        dtype = leaf.dtype
+        if env_ids is None:
+            arr = np.asarray(values) if not isinstance(values, jax.Array) else np.array(values)
+            if arr.shape not in (core, (self._num_envs, *core)):
+                raise ValueError(
+                    f"values for {path!r} must have shape {core} (all worlds) or "
+                    f"{(self._num_envs, *core)} (per world), got {arr.shape}"
+                )
+            new = checks.finite_array(arr, f"values for {path!r}", arr.shape, dtype)
+        else:
+            ids = checks.env_ids(env_ids, self._num_envs)
+            arr = np.asarray(values)
+            shape = (len(ids), *core)
+            if arr.shape == core:
+                arr = np.broadcast_to(arr, shape)
+            vals = checks.finite_array(arr, f"values for {path!r}", shape, dtype)
+            current = np.array(leaf)
+            new = current if per_world_now else np.broadcast_to(current, (self._num_envs, *core))
+            new = new.copy()
+            new[ids] = vals
+        params.check_values(path, new)
+        model = self._model.tree_replace({path: jax.device_put(new, self._device)})
+        if path in params.MASS_FIELDS:
+            model = self._recompute(model)
+        self._model = model
+
+    def _recompute(self, model: mjx.Model) -> mjx.Model:
+        if self._recompute_fn is None:
+            self._recompute_fn = jax.jit(
+                functools.partial(
+                    params.recompute_derived, template=self._template, mj_model=self._mj_model
+                )
+            )
+        return self._recompute_fn(model)
+
+    def set_gravity(self, gravity: Any, world: int | None = None) -> None:
+        """Sets gravity ``(3,)`` for every world (shared) or for world ``world`` only.
+
+        Setting one world promotes gravity to per-world; setting all demotes it.
+        """
+        g = checks.finite_array(gravity, "gravity", (3,), backend.float_dtype())
+        if np.linalg.norm(g) > 1e3:
+            raise ValueError(f"gravity must have norm <= 1000 m/s^2, got {np.linalg.norm(g):.3g}")
+        if world is None:
+            self.set_param("opt.gravity", g)
+        else:
+            self.set_param(
+                "opt.gravity", g[None], env_ids=[checks.env_ids(world, self._num_envs)[0]]
+            )
+
+    def set_randomization(
+        self,
+        terms: Any,
+        *,
+        on_reset: bool = True,
+        every_n_steps: int = 0,
+        at_startup: bool = True,
+    ) -> None:
+        """Declares randomized parameters (``mjxrunner.params.Term``).
+
+        Args:
+          terms: a sequence of ``Term``; empty clears randomization.
+          on_reset: redraw the parameters of the worlds a reset selects.
+          every_n_steps: if > 0, redraw a world's parameters every that many steps
+            of its episode, inside the compiled step.
+          at_startup: redraw every world now.
+
+        Each draw starts from the default model (``build_default`` moves it), so
+        values never drift. Recompiles the step and reset once.
+        """
+        terms = params.check_terms(self._default_model, terms)
+        every_n_steps = checks.count(every_n_steps, "every_n_steps", minimum=0)
+        if not isinstance(on_reset, bool) or not isinstance(at_startup, bool):
+            raise TypeError("on_reset and at_startup must be bools")
+        self._randomization = (
+            _Randomization(terms, on_reset, every_n_steps, self._template, self._mj_model)
+            if terms
+            else None
+        )
+        self._build_step_and_reset()
+        if terms and at_startup:
+            self.randomize()
+
+    def randomize(self, env_ids: Any = None) -> None:
+        """Redraws the declared randomized parameters of all worlds or of ``env_ids``."""
+        if self._randomization is None:
+            raise ValueError("no randomization declared: call set_randomization(terms) first")
+        mask = checks.ids_mask(env_ids, self._num_envs)
+        self._model, self._state = self._randomize_fn(
+            self._model, self._default_model, self._state, mask
+        )
+
+    # --- user state -----------------------------------------------------------------
+
+    @property
+    def user_state(self) -> Any:
+        """The user's pytree attached with :meth:`set_user_state` (None if none)."""
+        return self._state.user
+
+    def set_user_state(self, tree: Any) -> None:
+        """Attaches a pytree of the user's own to every world's state.
+
+        Leaves of dataclasses declared with ``world_field(core_ndim)`` are per world
+        when they carry the extra leading ``num_envs`` axis; undeclared leaves (plain
+        dicts of arrays) are shared. It follows resets by the world-axis rule and
+        becomes part of the default snapshot now.
+        """
+        tree = jax.device_put(tree, self._device)
+        for leaf, is_world in zip(
+            jax.tree.leaves(tree), jax.tree.leaves(world_mask(tree)), strict=True
+        ):
+            if is_world and leaf.shape[0] != self._num_envs:
+                raise ValueError(
+                    f"a per-world user leaf must lead with num_envs={self._num_envs}, "
+                    f"got shape {leaf.shape}"
+                )
+        self._state = self._state.replace(user=tree)
+        self._scratch = self._copy(self._state)
+        self._default = self._default.replace(user=self._copy(tree))
 
     # --- layout (display metadata; never moves bodies in the physics) ---------------
 

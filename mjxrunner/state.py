@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 from mujoco import mjx
 
@@ -24,6 +26,8 @@ class RunnerState:
       truncated: ``(num_envs,)`` bool, the episode was cut short (time limit, ...).
       rng: ``(num_envs, 2)`` uint32 raw PRNG key data, one key per world. Resets
         never rewind it.
+      user: the user's own pytree (None by default). Its leaves follow the
+        world-axis rule: declared dataclass fields are per world, bare arrays shared.
     """
 
     data: mjx.Data
@@ -32,6 +36,7 @@ class RunnerState:
     terminated: jax.Array = world_field(0)
     truncated: jax.Array = world_field(0)
     rng: jax.Array = world_field(1)
+    user: Any = None
 
     @property
     def num_envs(self) -> int:

@@ -1,0 +1,300 @@
+"""Per-world model parameters and domain randomization, on the world axis.
+
+A model leaf is shared (its core shape) or per world (``(num_envs, *core)``); giving
+it a world axis promotes it and setting it back to its core shape demotes it. The
+step derives its ``vmap`` axes from :func:`mjxrunner.world_mask`, so the same code
+serves both.
+
+Changing masses, inertias or armature changes what ``mj_setConst`` computed at
+compile time. MJX reads three of those derived fields: ``body_subtreemass``,
+``body_invweight0`` (contact and weld/connect softness) and ``dof_invweight0`` (joint
+limits and friction loss). :func:`recompute_derived` rebuilds them per world, at
+``qpos0``, the way MuJoCo does. Parameters whose derived quantities we do not rebuild
+(geometry that MJX caches, ``tendon_invweight0`` of models with tendons) are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+from mjxrunner.worlds import core_ndims, select_worlds, world_axes
+
+# Fields whose change alters the derived constants above.
+MASS_FIELDS = frozenset({"body_mass", "body_inertia", "dof_armature"})
+
+# Fields MJX caches derived data for (bounding spheres, same-frame flags, ...): a new
+# value would be silently inconsistent, so they are refused.
+REFUSED = {
+    "geom_size": "it sets geom_rbound/geom_aabb, which MJX caches for collision",
+    "geom_rbound": "it is derived from geom_size at compile time",
+    "body_pos": "it sets body_sameframe flags and invweight0 at compile time",
+    "body_quat": "it sets body_sameframe flags and invweight0 at compile time",
+    "body_ipos": "it sets body_sameframe flags and invweight0 at compile time",
+    "body_iquat": "it sets body_sameframe flags and invweight0 at compile time",
+    "qpos0": "it sets every quantity mj_setConst computes at qpos0",
+    "body_subtreemass": "it is derived; set body_mass instead",
+    "body_invweight0": "it is derived; set body_mass/body_inertia instead",
+    "dof_invweight0": "it is derived; set body_mass/body_inertia/dof_armature instead",
+    "tendon_invweight0": "it is derived from masses and tendon geometry",
+}
+
+# Bounds checked on every value written (inclusive lower bound, strict when noted).
+NONNEGATIVE = frozenset(
+    {
+        "body_mass",
+        "body_inertia",
+        "dof_armature",
+        "dof_damping",
+        "dof_frictionloss",
+        "geom_friction",
+        "jnt_stiffness",
+    }
+)
+POSITIVE = frozenset({"opt.timestep"})
+
+
+def get_leaf(model: mjx.Model, path: str) -> Any:
+    """The field of ``model`` at dotted ``path`` (``"opt.gravity"``, ``"body_mass"``)."""
+    if not isinstance(path, str) or not path:
+        raise TypeError(f"parameter path must be a non-empty str, got {path!r}")
+    node = model
+    for part in path.split("."):
+        if part.startswith("_") or not hasattr(node, part):
+            raise ValueError(f"mjx.Model has no field {path!r}")
+        node = getattr(node, part)
+    return node
+
+
+def check_settable(model: mjx.Model, path: str) -> jax.Array:
+    """The leaf at ``path`` if it is a per-world-capable array, else a clear error."""
+    leaf = get_leaf(model, path)
+    if path in REFUSED:
+        raise ValueError(f"{path!r} cannot be changed per world: {REFUSED[path]}")
+    if not isinstance(leaf, jax.Array):
+        raise TypeError(
+            f"{path!r} is a static {type(leaf).__name__} field of mjx.Model: it is "
+            "structural (compiled into the step), so it cannot vary per world or change "
+            "without building a new runner"
+        )
+    if not jnp.issubdtype(leaf.dtype, jnp.floating):
+        raise TypeError(f"{path!r} has dtype {leaf.dtype}; only float fields can be set")
+    if path in MASS_FIELDS and model.ntendon:
+        raise ValueError(
+            f"{path!r} changes tendon_invweight0, which is not recomputed for models with tendons"
+        )
+    return leaf
+
+
+def check_values(path: str, values: np.ndarray) -> None:
+    """Refuses non-finite values and values out of a field's physical range."""
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"values for {path!r} must be finite")
+    if path in NONNEGATIVE and np.any(values < 0):
+        raise ValueError(f"values for {path!r} must be >= 0, got min {values.min()}")
+    if path in POSITIVE and np.any(values <= 0):
+        raise ValueError(f"values for {path!r} must be > 0, got min {values.min()}")
+
+
+# --- derived constants --------------------------------------------------------------
+
+
+def _derived_one_world(m: mjx.Model, d: mjx.Data, mj: mujoco.MjModel) -> dict[str, jax.Array]:
+    """``body_subtreemass``, ``body_invweight0``, ``dof_invweight0`` of one world."""
+    d = d.replace(qpos=m.qpos0)
+    d = mjx.kinematics(m, d)
+    d = mjx.com_pos(m, d)
+    d = mjx.crb(m, d)
+    minv = jnp.linalg.inv(mjx.full_m(m, d))
+    minval = mujoco.mjMINVAL
+
+    subtree = m.body_mass
+    for b in range(mj.nbody - 1, 0, -1):  # children come after parents
+        subtree = subtree.at[mj.body_parentid[b]].add(subtree[b])
+
+    body_w = [jnp.zeros(2, minv.dtype)]
+    for b in range(1, mj.nbody):
+        if mj.body_weldid[b] == 0:
+            body_w.append(jnp.zeros(2, minv.dtype))
+        elif mj.body_simple[b] == 2:
+            body_w.append(jnp.stack([1 / jnp.maximum(minval, m.body_mass[b]), 0.0]))
+        else:
+            jacp, jacr = mjx.jac(m, d, d.xipos[b], b)
+            trans = jnp.trace(jacp.T @ minv @ jacp) / 3
+            rot = jnp.trace(jacr.T @ minv @ jacr) / 3
+            body_w.append(jnp.stack([trans, rot]))
+
+    dof_w = jnp.zeros(mj.nv, minv.dtype)
+    for j in range(mj.njnt):
+        adr, body = mj.jnt_dofadr[j], mj.jnt_bodyid[j]
+        if mj.body_simple[body] == 2:
+            dof_w = dof_w.at[adr].set(1 / jnp.maximum(minval, m.body_mass[body]))
+            continue
+        kind = mj.jnt_type[j]
+        if kind == mujoco.mjtJoint.mjJNT_FREE:
+            block = jnp.diagonal(minv[adr : adr + 6, adr : adr + 6])
+            w = jnp.repeat(jnp.stack([block[:3].mean(), block[3:].mean()]), 3)
+        elif kind == mujoco.mjtJoint.mjJNT_BALL:
+            w = jnp.repeat(jnp.diagonal(minv[adr : adr + 3, adr : adr + 3]).mean(), 3)
+        else:
+            w = minv[adr, adr][None]
+        dof_w = dof_w.at[adr : adr + w.shape[0]].set(w)
+
+    return {
+        "body_subtreemass": subtree,
+        "body_invweight0": jnp.stack(body_w),
+        "dof_invweight0": dof_w,
+    }
+
+
+def recompute_derived(model: mjx.Model, template: mjx.Data, mj_model: mujoco.MjModel) -> mjx.Model:
+    """Rebuilds the constants MJX reads that depend on masses and inertias.
+
+    World-indexed mass fields give world-indexed derived fields; a model whose mass
+    fields are all shared gets shared derived fields.
+
+    Args:
+      model: ``mjx.Model``, leaves shared or per world.
+      template: unbatched ``mjx.Data`` of the same model (a work buffer).
+      mj_model: the host model, for the static tree structure.
+    """
+    axes = world_axes(model)
+    batched = any(getattr(axes, f) == 0 for f in MASS_FIELDS)
+    fn = lambda m: _derived_one_world(m, template, mj_model)  # noqa: E731
+    derived = jax.vmap(fn, in_axes=(axes,))(model) if batched else fn(model)
+    return model.replace(**{k: v.astype(getattr(model, k).dtype) for k, v in derived.items()})
+
+
+# --- randomization ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Term:
+    """One randomized parameter.
+
+    Attributes:
+      path: model field, e.g. ``"body_mass"``, ``"geom_friction"``, ``"opt.gravity"``.
+      low: lower end of the sampled factor (scale) or offset (add) or value (set).
+      high: upper end.
+      distribution: ``"uniform"`` or ``"loguniform"`` (needs ``0 < low``).
+      operation: ``"scale"`` (default value times the draw), ``"add"`` (default plus
+        the draw) or ``"set"`` (the draw itself).
+      index: None for the whole field, or an index into its core shape (e.g. a body
+        id, or ``(geom_id, 0)`` for one friction coefficient).
+    """
+
+    path: str
+    low: float
+    high: float
+    distribution: str = "uniform"
+    operation: str = "scale"
+    index: Any = None
+
+    def __post_init__(self):
+        if self.distribution not in ("uniform", "loguniform"):
+            raise ValueError(
+                f"distribution must be 'uniform' or 'loguniform', got {self.distribution!r}"
+            )
+        if self.operation not in ("scale", "add", "set"):
+            raise ValueError(f"operation must be 'scale', 'add' or 'set', got {self.operation!r}")
+        for name in ("low", "high"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise TypeError(f"Term {name} must be a finite number, got {v!r}")
+        if self.low > self.high:
+            raise ValueError(f"Term low ({self.low}) must be <= high ({self.high})")
+        if self.distribution == "loguniform" and self.low <= 0:
+            raise ValueError("a loguniform term needs 0 < low")
+
+
+def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
+    """Validates terms against the model before anything is compiled."""
+    terms = tuple(terms)
+    for t in terms:
+        if not isinstance(t, Term):
+            raise TypeError(f"randomization terms must be Term, got {type(t).__name__}")
+        leaf = check_settable(model, t.path)
+        core = leaf.shape[leaf.ndim - get_leaf(core_ndims(model), t.path) :]
+        if t.index is not None:
+            try:
+                np.empty(core)[t.index]
+            except (IndexError, TypeError) as e:
+                raise ValueError(
+                    f"index {t.index!r} does not fit {t.path!r} of shape {core}"
+                ) from e
+    return terms
+
+
+def _draw(term: Term, shape: tuple[int, ...], dtype: Any, key: jax.Array) -> jax.Array:
+    if term.distribution == "uniform":
+        return jax.random.uniform(key, shape, dtype, term.low, term.high)
+    log = jax.random.uniform(key, shape, dtype, np.log(term.low), np.log(term.high))
+    return jnp.exp(log)
+
+
+def per_world(model: mjx.Model, path: str, num_envs: int) -> jax.Array:
+    """The leaf at ``path`` with a world axis, broadcasting it if it is shared."""
+    leaf = get_leaf(model, path)
+    if leaf.ndim == get_leaf(core_ndims(model), path):
+        leaf = jnp.broadcast_to(leaf, (num_envs, *leaf.shape))
+    return leaf
+
+
+DERIVED = ("body_subtreemass", "body_invweight0", "dof_invweight0")
+
+
+def randomize(
+    model: mjx.Model,
+    default_model: mjx.Model,
+    keys: jax.Array,
+    mask: jax.Array,
+    terms: Sequence[Term],
+    template: mjx.Data | None = None,
+    mj_model: mujoco.MjModel | None = None,
+) -> mjx.Model:
+    """Draws new parameters for the worlds in ``mask``, each from its default value.
+
+    Every randomized field becomes world-indexed. Draws start from ``default_model``,
+    never from the current value, so values never drift over repeated resets.
+
+    Args:
+      model: the current ``mjx.Model``.
+      default_model: the model to draw around (shared or per world).
+      keys: ``(num_envs, 2)`` uint32 raw keys, one per world.
+      mask: ``(num_envs,)`` bool, the worlds that get new draws.
+      terms: the randomized parameters (validate with :func:`check_terms`).
+      template: unbatched ``mjx.Data``, needed when a term touches masses.
+      mj_model: the host model, needed when a term touches masses.
+
+    Returns:
+      The model with the selected worlds' fields redrawn.
+    """
+    num_envs = mask.shape[0]
+    drawn: dict[str, jax.Array] = {}
+    for i, term in enumerate(terms):
+        base = per_world(default_model, term.path, num_envs)
+        where = (slice(None),) + (() if term.index is None else np.index_exp[term.index])
+        target = base[where]
+        term_keys = jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(keys)
+        draw = jax.vmap(functools.partial(_draw, term, target.shape[1:], base.dtype))(term_keys)
+        value = {"scale": target * draw, "add": target + draw, "set": draw}[term.operation]
+        drawn[term.path] = drawn.get(term.path, base).at[where].set(value)
+    fresh = model.tree_replace(drawn)
+    changed = set(drawn)
+    if changed & MASS_FIELDS:
+        if template is None or mj_model is None:
+            raise ValueError("terms on masses need template and mj_model to recompute constants")
+        fresh = recompute_derived(fresh, template, mj_model)
+        changed |= set(DERIVED)
+    # Give the current model the same world axes, so only masked worlds change.
+    current = model.tree_replace({p: per_world(model, p, num_envs) for p in changed})
+    fresh = fresh.tree_replace({p: per_world(fresh, p, num_envs) for p in changed})
+    return select_worlds(mask, fresh, current)
