@@ -10,7 +10,10 @@ at module level, not as fresh lambdas per call, or each call compiles anew.
 What a function may read from ``data``: ``qpos``, ``qvel``, ``time``, ``ctrl`` are
 always current. Derived quantities (``xpos``, ``sensordata``, ...) come from the
 forward pass at the start of the last physics step, as after ``mj_step``; after a
-reset the env runs ``mjx.forward`` so they match the fresh state.
+restart the env runs ``mjx.forward`` so they match the fresh state, unless the task
+sets ``forward_on_reset=False`` (right for tasks that read only ``qpos``/``qvel``:
+it saves a forward pass per restart and its compile; the physics is unaffected,
+since every step begins with its own forward pass).
 
 Adding a task for a new scene: write a module in ``mjxrunner/tasks/`` that defines
 ``TASKS = (Task(...), ...)``; the registry finds it without further edits.
@@ -73,6 +76,8 @@ class Task:
       max_episode_steps: steps after which an episode is truncated (``>= 1``).
       keyframe: name of the scene's keyframe to start from (None: ``qpos0``).
       substeps: physics steps per env step (action repeat), ``>= 1``.
+      forward_on_reset: run ``mjx.forward`` on a fresh start, so that ``observation``
+        can read derived quantities at the first step of an episode.
     """
 
     name: str
@@ -84,6 +89,7 @@ class Task:
     max_episode_steps: int = 1000
     keyframe: str | None = None
     substeps: int = 1
+    forward_on_reset: bool = True
 
     def __post_init__(self) -> None:
         for field in ("name", "model"):
@@ -96,6 +102,8 @@ class Task:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Task.{field} must be an int >= 1, got {value!r}")
+        if not isinstance(self.forward_on_reset, bool):
+            raise TypeError(f"Task.forward_on_reset must be a bool, got {self.forward_on_reset!r}")
         if self.keyframe is not None and not isinstance(self.keyframe, str):
             raise TypeError(f"Task.keyframe must be None or a str, got {self.keyframe!r}")
 

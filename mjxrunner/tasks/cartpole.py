@@ -92,6 +92,7 @@ BALANCE = Task(
     reward=balance_reward,
     terminated=balance_terminated,
     initial_state=balance_start,
+    forward_on_reset=False,  # observation reads qpos and qvel only
     max_episode_steps=500,  # 5 s at the scene's 0.01 s timestep
     keyframe="upright",
 )
@@ -103,6 +104,7 @@ SWINGUP = Task(
     reward=swingup_reward,
     terminated=never_terminated,
     initial_state=swingup_start,
+    forward_on_reset=False,  # observation reads qpos and qvel only
     max_episode_steps=1000,  # 10 s
     keyframe="hanging",
 )

@@ -53,6 +53,7 @@ SWINGUP = Task(
     reward=reward,
     terminated=never_terminated,
     initial_state=start,
+    forward_on_reset=False,  # observation reads qpos and qvel only
     max_episode_steps=200,  # 4 s at the scene's 0.02 s timestep
 )
 
