@@ -1,4 +1,4 @@
-"""The ``mjxrunner`` command line: ``run`` (the main job), ``info``, ``models``."""
+"""The ``mjxrunner`` command line: ``run`` (the main job), ``bench``, ``info``, ``models``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 import numpy as np
 
@@ -24,6 +25,10 @@ def _run(args: argparse.Namespace) -> int:
 
     from mjxrunner import MultiEnvRunner, models
 
+    if args.video is not None and not hasattr(MultiEnvRunner, "render_video"):
+        raise NotImplementedError(
+            "--video needs MultiEnvRunner.render_video, which this version of mjxrunner lacks"
+        )
     runner = MultiEnvRunner(args.model, args.num_envs, impl=args.impl, seed=args.seed)
     fallen = _fallen(args.model) if args.model in models.list() else None
     rng = np.random.default_rng(args.seed)
@@ -80,12 +85,50 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _describe(info: dict) -> str:
-    v = info["versions"]
-    return (
-        f"impl={info['impl']} device={info['platform']}:{info['device_kind']} "
-        f"x{info['device_count']} x64={info['jax_enable_x64']} qpos={info['qpos_dtype']} | "
-        + " ".join(f"{k} {val}" for k, val in v.items())
+    from mjxrunner.bench import describe_backend
+
+    return describe_backend(info)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from mjxrunner import bench
+
+    report = bench.run(
+        args.model,
+        args.num_envs,
+        args.steps,
+        substeps=args.substeps,
+        repeats=args.repeats,
+        impl=args.impl,
+        device=args.device,
+        variants=args.variants,
+        seed=args.seed,
+        progress=not args.no_progress,
     )
+    print(bench.to_json(report) if args.json else bench.table(report))
+    if args.out:
+        print(f"wrote {bench.save(report, args.out)}", file=sys.stderr)
+    if args.plot:
+        print(f"wrote {bench.plot(report, args.plot)}", file=sys.stderr)
+    failed = [
+        f"{r['variant']} x{r['num_envs']}" for r in report["results"] if r["status"] == "failed"
+    ]
+    if failed:
+        print(f"mjxrunner: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _variant_list(text: str) -> list[str]:
+    from mjxrunner.bench import VARIANTS
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list from {', '.join(VARIANTS)}, got {text!r}"
+        )
+    return names
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -114,8 +157,17 @@ def _positive(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments end in one line on stderr and exit status 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mjxrunner", description=__doc__)
+    from mjxrunner.bench import VARIANTS
+
+    p = _Parser(prog="mjxrunner", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="step many worlds with random actions and report")
@@ -126,7 +178,43 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--max-episode-steps", type=_positive, default=500)
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    run.add_argument("--video", metavar="OUT.mp4", help="also record a video of some worlds")
     run.set_defaults(func=_run)
+
+    bench = sub.add_parser(
+        "bench",
+        help="throughput: the runner against raw MJX and native MuJoCo",
+        description="Times one workload several ways (raw jit(vmap(scan(mjx.step))), the "
+        "runner's rollout and step loop, native mujoco.rollout on all CPU threads, "
+        "sharded) at each batch size: compile time apart, steady-state median of "
+        "--repeats calls, ratios to raw and to native.",
+    )
+    bench.add_argument("model", help="a name from `mjxrunner models` or an MJCF path")
+    bench.add_argument(
+        "--num-envs",
+        type=_positive,
+        nargs="+",
+        default=[256, 1024, 4096],
+        metavar="N",
+        help="batch sizes to sweep (default: 256 1024 4096)",
+    )
+    bench.add_argument("--steps", type=_positive, default=200, help="env steps per timed call")
+    bench.add_argument("--substeps", type=_positive, default=1, help="solver calls per step")
+    bench.add_argument("--repeats", type=_positive, default=3, help="timed calls per case")
+    bench.add_argument("--impl", choices=("jax", "warp"), default="jax")
+    bench.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: JAX's default)")
+    bench.add_argument(
+        "--variants",
+        type=_variant_list,
+        metavar="A,B",
+        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)",
+    )
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench.add_argument("--out", metavar="FILE.json", help="also write the report as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", help="write steps/s vs num_envs (PNG)")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.set_defaults(func=_bench)
 
     info = sub.add_parser("info", help="print the backend identity")
     info.add_argument("--json", action="store_true")
@@ -142,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ValueError, TypeError, NotImplementedError) as e:
-        print(f"mjxrunner: error: {e}", file=sys.stderr)
+        print(f"mjxrunner: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2
 
 

@@ -3,8 +3,9 @@
 import json
 
 import pytest
+from conftest import slider_xml
 
-from mjxrunner import cli
+from mjxrunner import MultiEnvRunner, bench, cli
 
 
 def test_run_prints_a_summary(capsys):
@@ -36,13 +37,78 @@ def test_info_and_models(capsys):
         ["run", "cartpole", "--impl", "cpp"],
         ["run"],
         ["nonsense"],
+        ["run", "cartpole", "--num-envs"],
+        ["bench"],
+        ["bench", "cartpole", "--num-envs", "0"],
+        ["bench", "cartpole", "--num-envs", "64", "x"],
+        ["bench", "cartpole", "--steps", "many"],
+        ["bench", "cartpole", "--variants", "raw,fastest"],
+        ["bench", "cartpole", "--impl", "cuda"],
+        ["info", "--bogus"],
+        ["models", "extra"],
     ],
 )
 def test_bad_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(argv)
     assert e.value.code == 2
-    assert "error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error" in err
+    assert len(err.strip().splitlines()) == 1, err  # one line, no usage dump
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["bench"], ["info"], ["models"]])
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main([*command, "--help"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: mjxrunner {' '.join(command)}".strip())
+
+
+def test_bench_prints_a_table_and_writes_json_and_plot(tmp_path, capsys):
+    scene = tmp_path / "slider.xml"
+    scene.write_text(slider_xml(4))
+    out, png = tmp_path / "r" / "bench.json", tmp_path / "bench.png"
+    argv = ["bench", str(scene), "--num-envs", "3", "--steps", "2", "--repeats", "2"]
+    argv += ["--variants", "raw,native,sharded", "--no-progress"]
+    assert cli.main([*argv, "--json", "--out", str(out), "--plot", str(png)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text())
+    bench.validate(printed)
+    assert printed["config"]["model"] == "slider"
+    rows = {r["variant"]: r for r in printed["results"]}
+    assert rows["native"]["ratio_to_raw"] == pytest.approx(
+        rows["native"]["steps_per_s"] / rows["raw"]["steps_per_s"]
+    )
+    assert rows["sharded"]["status"] == "unavailable"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+    assert cli.main(argv) == 0
+    table = capsys.readouterr().out
+    assert "steps/s" in table and "x native" in table and "unavailable" in table
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["bench", "pendulum", "--device", "tpu"], "tpu"),
+        (["bench", "no_such_scene"], "known models"),
+        (["run", "pendulum", "--seed", "-1"], "seed"),
+    ],
+)
+def test_runtime_errors_are_one_line_exit_2(argv, needle, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mjxrunner: error:") and needle in err
+    assert "\n" not in err
+
+
+def test_video_without_rendering_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.delattr(MultiEnvRunner, "render_video", raising=False)
+    video = tmp_path / "out.mp4"
+    assert cli.main(["run", "pendulum", "--steps", "1", "--video", str(video)]) == 2
+    assert "render_video" in capsys.readouterr().err
+    assert not video.exists()
 
 
 def test_unknown_model_is_a_one_line_error(capsys):

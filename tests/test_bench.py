@@ -1,0 +1,208 @@
+"""The throughput harness: report layout, ratios, the measuring protocol, bad input.
+
+Speed is never asserted here (timings belong to benchmarks/); one tiny sweep runs
+every variant once to check what the report holds.
+"""
+
+import copy
+import json
+import statistics
+
+import jax
+import mujoco
+import numpy as np
+import pytest
+from conftest import slider_xml
+
+from mjxrunner import backend_info, bench
+
+N, STEPS, REPEATS = 3, 2, 2
+
+
+@pytest.fixture(scope="module")
+def report():
+    # The slider scene of test_runner: same shapes, so compiled steps are shared.
+    return bench.run(slider_xml(4), [N], STEPS, repeats=REPEATS, progress=False)
+
+
+def _by_variant(report):
+    return {r["variant"]: r for r in report["results"]}
+
+
+def test_report_layout_survives_json(report):
+    bench.validate(report)
+    loaded = json.loads(bench.to_json(report))
+    bench.validate(loaded)
+    assert loaded["schema"] == bench.SCHEMA
+    assert loaded["config"]["num_envs"] == [N] and loaded["config"]["repeats"] == REPEATS
+    assert list(loaded["variants"]) == list(bench.VARIANTS)
+    assert len(loaded["results"]) == len(bench.VARIANTS)
+
+
+def test_report_carries_the_backend_identity(report):
+    assert report["backend"] == backend_info("jax", report_device(report))
+    assert report["host"]["native_threads"] >= 1
+    assert report["model_info"] == {"nq": 3, "nv": 3, "nu": 3, "timestep": 0.01}
+
+
+def report_device(report):
+    return next(d for d in jax.devices() if str(d) == report["config"]["device"])
+
+
+def test_ratios_are_ratios_of_medians(report):
+    rows = _by_variant(report)
+    raw, native = rows["raw"]["steps_per_s"], rows["native"]["steps_per_s"]
+    for name in ("raw", "rollout", "step_loop", "native"):
+        r = rows[name]
+        assert r["status"] == "ok", r
+        assert r["ratio_to_raw"] == pytest.approx(r["steps_per_s"] / raw, rel=1e-12)
+        assert r["ratio_to_native"] == pytest.approx(r["steps_per_s"] / native, rel=1e-12)
+    assert rows["raw"]["ratio_to_raw"] == 1.0 and rows["native"]["ratio_to_native"] == 1.0
+
+
+def test_rates_come_from_the_timed_calls(report):
+    for r in report["results"]:
+        if r["status"] != "ok":
+            continue
+        assert len(r["run_s"]) == REPEATS and min(r["run_s"]) > 0
+        rates = [N * STEPS / s for s in r["run_s"]]
+        assert r["steps_per_s"] == pytest.approx(statistics.median(rates))
+        assert r["steps_per_s_min"] <= r["steps_per_s"] <= r["steps_per_s_max"]
+        assert r["compile_s"] >= 0 and r["first_call_s"] >= r["compile_s"]
+        assert r["peak_rss_bytes"] is None or r["peak_rss_bytes"] > 2**20
+
+
+def test_missing_variants_are_reported_with_a_reason(report):
+    rows = _by_variant(report)
+    assert rows["env"]["status"] == "unavailable" and "no task" in rows["env"]["reason"]
+    assert rows["sharded"]["status"] == "unavailable" and "issue 6" in rows["sharded"]["reason"]
+    assert rows["sharded"]["ratio_to_raw"] is None and rows["sharded"]["ratio_to_native"] is None
+    text = bench.table(report)
+    assert "unavailable: the sharded runner" in text
+    for name in bench.VARIANTS:
+        assert f" {name} " in text
+
+
+def test_plot_writes_a_png(report, tmp_path):
+    path = bench.plot(report, tmp_path / "sub" / "plot.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r.update(schema="other/1"), "schema"),
+        (lambda r: r["backend"].pop("versions"), "versions"),
+        (lambda r: r["results"][1].update(ratio_to_raw=2.5), "ratio_to_raw"),
+        (lambda r: r["results"][0].pop("steps_per_s"), "steps_per_s"),
+        (lambda r: r["results"][0].update(status="fine"), "status"),
+        (lambda r: r["results"][0].update(variant="warp9"), "variant"),
+    ],
+)
+def test_validate_rejects_broken_reports(report, change, message):
+    broken = copy.deepcopy(report)
+    change(broken)
+    with pytest.raises(ValueError, match=message):
+        bench.validate(broken)
+
+
+# --- the measuring protocol, with a fake variant (no JAX) ---------------------------
+
+
+def _workload(num_envs=4, n_steps=5):
+    m = mujoco.MjModel.from_xml_string(slider_xml(2))
+    return bench.Workload(
+        name="fake",
+        mj_model=m,
+        mj_data=mujoco.MjData(m),
+        num_envs=num_envs,
+        n_steps=n_steps,
+        substeps=1,
+        impl="jax",
+        device=jax.devices()[0],
+        seed=0,
+        actions=np.zeros((n_steps, num_envs, m.nu), np.float32),
+    )
+
+
+class _Log:
+    def __init__(self, fail_on_run=None):
+        self.calls, self.fail_on_run, self.runs = [], fail_on_run, 0
+
+    def prepare(self, w):
+        self.calls.append("prepare")
+
+        def run():
+            self.runs += 1
+            self.calls.append("run")
+            if self.runs == self.fail_on_run:
+                raise RuntimeError("boom")
+
+        return bench.Trial(
+            run=run,
+            restore=lambda: self.calls.append("restore"),
+            close=lambda: self.calls.append("close"),
+        )
+
+
+def test_measure_restores_before_every_call_and_closes():
+    log, ticks = _Log(), []
+    w = _workload()
+    r = bench.measure(bench.Variant("fake", "fake", log.prepare), w, 3, lambda: ticks.append(1))
+    assert log.calls == ["prepare"] + ["restore", "run"] * 4 + ["close"]
+    assert len(ticks) == 4  # the first, compiling call and 3 timed ones
+    assert r["status"] == "ok" and len(r["run_s"]) == 3
+    assert r["steps_per_s"] == pytest.approx(statistics.median([20 / s for s in r["run_s"]]))
+
+
+def test_measure_records_failures_and_still_closes():
+    log = _Log(fail_on_run=2)
+    r = bench.measure(bench.Variant("fake", "fake", log.prepare), _workload(), 3, lambda: None)
+    assert r["status"] == "failed" and r["reason"] == "RuntimeError: boom"
+    assert log.calls[-1] == "close"
+
+
+def test_measure_reports_unavailable_variants():
+    def prepare(w):
+        raise bench.Unavailable("needs two GPUs")
+
+    r = bench.measure(bench.Variant("fake", "fake", prepare), _workload(), 3, lambda: None)
+    assert r == {
+        "variant": "fake",
+        "num_envs": 4,
+        "status": "unavailable",
+        "reason": "needs two GPUs",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"num_envs": []}, ValueError, "at least one"),
+        ({"num_envs": [0]}, ValueError, "num_envs"),
+        ({"num_envs": [4, 4]}, ValueError, "repeat"),
+        ({"num_envs": 4}, TypeError, "sequence"),
+        ({"n_steps": 0}, ValueError, "n_steps"),
+        ({"repeats": 1.5}, TypeError, "repeats"),
+        ({"impl": "cpp"}, ValueError, "impl"),
+        ({"variants": ["raw", "fastest"]}, ValueError, "variants"),
+        ({"variants": "raw"}, TypeError, "variants"),
+        ({"device": "tpu"}, ValueError, "tpu"),
+        ({"model": "no_such_scene"}, ValueError, "known models"),
+    ],
+)
+def test_bad_arguments_are_refused_before_running(kwargs, error, message):
+    args = {"model": "pendulum", "num_envs": [2], "n_steps": 2, "progress": False, **kwargs}
+    with pytest.raises(error, match=message):
+        bench.run(**args)
+
+
+def test_random_actions_stay_in_ctrlrange():
+    m = mujoco.MjModel.from_xml_string(slider_xml(3))
+    m.actuator_ctrllimited[0] = 1
+    m.actuator_ctrlrange[0] = (0.5, 0.75)
+    a = bench.random_actions(m, 50, 8, seed=1)
+    assert a.shape == (50, 8, 2) and a.dtype == np.float32
+    assert a[..., 0].min() >= 0.5 and a[..., 0].max() <= 0.75
+    assert a[..., 1].min() < -0.5 and a[..., 1].max() > 0.5  # unlimited: [-1, 1]
+    np.testing.assert_array_equal(a, bench.random_actions(m, 50, 8, seed=1))
