@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from importlib import metadata
 from typing import Any
@@ -63,20 +64,137 @@ def check_supported(m: mujoco.MjModel, impl: str) -> None:
         )
 
 
-def put_model(m: mujoco.MjModel, impl: str, device: jax.Device) -> mjx.Model:
+GRAPH_MODES = ("none", "jax", "warp", "warp_staged", "warp_staged_ex")
+
+
+def default_graph_mode(device: jax.Device) -> str:
+    """Warp's CUDA-graph capture mode: ``"warp"`` on CUDA, ``"jax"`` elsewhere (MJX's
+    own choice: Warp graphs need a CUDA device)."""
+    return "warp" if device.platform == "gpu" else "jax"
+
+
+def check_graph_mode(graph_mode: Any, device: jax.Device) -> str:
+    if graph_mode is None:
+        return default_graph_mode(device)
+    if not isinstance(graph_mode, str) or graph_mode.lower() not in GRAPH_MODES:
+        raise ValueError(f"graph_mode must be None or one of {GRAPH_MODES}, got {graph_mode!r}")
+    return graph_mode.lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class Capacities:
+    """Warp buffer sizes (ignored by impl ``"jax"``, whose buffers are exact).
+
+    Attributes:
+      naconmax: contact pool shared by all worlds together.
+      njmax: constraint rows per world.
+      naccdmax: convex-collision (CCD) contact pool for all worlds, <= naconmax.
+      nvmax: active DOFs per world (island compaction); None means nv.
+    """
+
+    naconmax: int
+    njmax: int
+    naccdmax: int
+    nvmax: int | None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return dataclasses.asdict(self)
+
+
+def contacts_per_world(m: mujoco.MjModel) -> int:
+    """Default contact budget of one world: 4 per collidable geom, plus 8.
+
+    A box resting on a plane makes 4 contacts; few geoms touch several others at
+    once, so 4 per geom covers typical scenes with room to spare.
+    """
+    if m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_CONTACT:
+        return 0
+    collidable = int(np.sum((m.geom_contype != 0) | (m.geom_conaffinity != 0)))
+    return 4 * collidable + 8 * (collidable > 0) + 4 * m.npair
+
+
+def rows_per_world(m: mujoco.MjModel, ncon: int) -> int:
+    """Default constraint rows of one world for ``ncon`` contacts, rounded up to 8.
+
+    Equality rows (6 per weld, 3 per connect, 1 otherwise), one per friction-loss
+    DOF, one per limited joint, and per contact ``2 (condim - 1)`` rows (pyramidal
+    cones) or ``condim`` (elliptic), with the model's largest condim.
+    """
+    eq_rows = {mujoco.mjtEq.mjEQ_WELD: 6, mujoco.mjtEq.mjEQ_CONNECT: 3}
+    ne = sum(eq_rows.get(int(t), 1) for t in m.eq_type)
+    nf = int(np.sum(m.dof_frictionloss > 0)) + int(np.sum(m.tendon_frictionloss > 0))
+    nl = int(np.sum(m.jnt_limited)) + int(np.sum(m.tendon_limited))
+    condim = int(max([1, *m.geom_condim, *m.pair_dim]))
+    elliptic = m.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC
+    per_contact = condim if elliptic else max(1, 2 * (condim - 1))
+    rows = ne + nf + nl + ncon * per_contact
+    return max(8, -(-rows // 8) * 8)
+
+
+def capacities(
+    m: mujoco.MjModel,
+    num_envs: int,
+    naconmax: Any = None,
+    njmax: Any = None,
+    naccdmax: Any = None,
+    nvmax: Any = None,
+) -> Capacities:
+    """Validated Warp capacities, with defaults that scale with the model and batch.
+
+    Defaults: ``naconmax = contacts_per_world(m) * num_envs`` (at least 8),
+    ``njmax = rows_per_world(m, contacts_per_world(m))``, ``naccdmax = naconmax``,
+    ``nvmax = nv``.
+    """
+    from mjxrunner import checks
+
+    per_world = contacts_per_world(m)
+    naconmax = (
+        max(8, per_world * num_envs) if naconmax is None else checks.count(naconmax, "naconmax")
+    )
+    njmax = rows_per_world(m, per_world) if njmax is None else checks.count(njmax, "njmax")
+    naccdmax = naconmax if naccdmax is None else checks.count(naccdmax, "naccdmax", minimum=0)
+    if naccdmax > naconmax:
+        raise ValueError(f"naccdmax ({naccdmax}) must be <= naconmax ({naconmax})")
+    if nvmax is not None:
+        nvmax = checks.count(nvmax, "nvmax")
+        if nvmax > m.nv:
+            raise ValueError(f"nvmax must lie in [1, nv={m.nv}], got {nvmax}")
+    return Capacities(naconmax, njmax, naccdmax, nvmax)
+
+
+def put_model(
+    m: mujoco.MjModel, impl: str, device: jax.Device, graph_mode: str | None = None
+) -> mjx.Model:
     """``mjx.put_model`` with ``impl`` explicit and MJX's refusals made readable."""
+    kwargs = {}
+    if impl == "warp":
+        import warp as wp
+
+        kwargs["graph_mode"] = getattr(wp.JaxCallableGraphMode, graph_mode.upper())
     try:
-        return mjx.put_model(m, impl=impl, device=device)
+        model = mjx.put_model(m, impl=impl, device=device, **kwargs)
     except NotImplementedError as e:
         raise ValueError(
             f"MJX impl {impl!r} cannot run this model: {e}. Change the model, or try "
             "the other impl."
         ) from e
+    if impl == "warp":
+        # The runner reads Warp's overflow flags and applies its policy; Warp's own
+        # printf would only repeat that on stdout, unseen by the caller's code.
+        model = model.tree_replace({"opt._impl.warn_overflow": 0})
+    return model
 
 
-def put_data(m: mujoco.MjModel, d: mujoco.MjData, impl: str, device: jax.Device) -> mjx.Data:
+def put_data(
+    m: mujoco.MjModel,
+    d: mujoco.MjData,
+    impl: str,
+    device: jax.Device,
+    caps: Capacities | None = None,
+) -> mjx.Data:
     """One world's ``mjx.Data`` from a host ``MjData``, ``impl`` explicit."""
-    return mjx.put_data(m, d, impl=impl, device=device)
+    kwargs = {} if impl == "jax" or caps is None else caps.as_dict()
+    return mjx.put_data(m, d, impl=impl, device=device, **kwargs)
 
 
 def float_dtype() -> np.dtype:
@@ -95,18 +213,76 @@ def versions() -> dict[str, str]:
     return out
 
 
-def backend_info(impl: str | None = None, device: jax.Device | None = None) -> dict[str, Any]:
-    """The backend identity to record beside every result."""
+def backend_info(
+    impl: str | None = None,
+    device: jax.Device | None = None,
+    graph_mode: str | None = None,
+    caps: Capacities | None = None,
+) -> dict[str, Any]:
+    """The backend identity to record beside every result.
+
+    Versions of mujoco, mujoco-mjx, jax, jaxlib and warp-lang; impl; Warp graph mode
+    and capacities (None for impl ``"jax"``); device platform, kind and count;
+    ``jax_enable_x64`` and the dtype of ``qpos`` (Warp always runs float32).
+    """
     device = device or jax.devices()[0]
     return {
         "versions": versions(),
         "impl": impl,
+        "graph_mode": graph_mode,
+        "capacities": None if caps is None else caps.as_dict(),
         "platform": device.platform,
         "device_kind": device.device_kind,
         "device_count": jax.device_count(),
+        "process_count": jax.process_count(),
         "jax_enable_x64": bool(jax.config.jax_enable_x64),
-        "qpos_dtype": float_dtype().name,
+        "qpos_dtype": "float32" if impl == "warp" else float_dtype().name,
     }
+
+
+class CapacityOverflowError(RuntimeError):
+    """A Warp buffer (contacts, constraint rows, ...) was too small for a step."""
+
+
+class CapacityWarning(RuntimeWarning):
+    """A Warp buffer overflowed and the runner's policy is ``"warn"``."""
+
+
+# Which constructor option raises the capacity behind each Warp overflow bit.
+_OVERFLOW_FIX = {
+    "NEFC": "njmax",
+    "NJMAX_NNZ": "njmax",
+    "BROADPHASE": "naconmax",
+    "NARROWPHASE": "naconmax",
+    "CCD": "naccdmax",
+    "NVMAX": "nvmax",
+}
+
+
+def overflow_names(bits: int) -> list[str]:
+    """Names of the Warp ``OverflowType`` flags set in ``bits``."""
+    from mujoco.mjx.third_party.mujoco_warp._src.types import OverflowType
+
+    return [f.name for f in OverflowType if f.name != "ALL" and f.value and bits & f.value]
+
+
+def describe_overflow(bits: np.ndarray, caps: Capacities | None) -> str:
+    """A message naming the overflowing worlds, the buffers and the option to raise."""
+    worlds = np.flatnonzero(bits)
+    names = sorted({n for b in bits[worlds] for n in overflow_names(int(b))})
+    fixes = []
+    for name in names:
+        option = _OVERFLOW_FIX.get(name)
+        if option:
+            now = None if caps is None else getattr(caps, option)
+            fixes.append(f"{name}: raise {option} (now {now})")
+        else:
+            fixes.append(name)
+    shown = worlds[:10].tolist() + (["..."] if len(worlds) > 10 else [])
+    return (
+        f"Warp capacity overflow in {len(worlds)} world(s) {shown}: {'; '.join(fixes)}. "
+        "Contacts or constraints were dropped in those worlds this step."
+    )
 
 
 class CompileCounter:

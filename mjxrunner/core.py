@@ -33,7 +33,9 @@ def init(data: mjx.Data, num_envs: int, key: jax.Array, nu: int) -> RunnerState:
     Returns:
       The batched state, controls taken from ``data.ctrl``.
     """
-    batched = jax.tree.map(lambda x: jnp.repeat(x[None], num_envs, axis=0), data)
+    # vmap broadcasts every per-world leaf; MJX-Warp's contact pools and counters
+    # are declared non-mapped by MJX and stay pooled, as the world-axis rule expects.
+    batched = jax.vmap(lambda _: data)(jnp.arange(num_envs))
     return RunnerState(
         data=batched,
         ctrl=jnp.repeat(data.ctrl[None, :nu], num_envs, axis=0),
@@ -41,6 +43,7 @@ def init(data: mjx.Data, num_envs: int, key: jax.Array, nu: int) -> RunnerState:
         terminated=jnp.zeros((num_envs,), bool),
         truncated=jnp.zeros((num_envs,), bool),
         rng=_raw_keys(jax.random.split(key, num_envs)),
+        overflow=jnp.zeros((num_envs,), jnp.int32),
     )
 
 
@@ -51,9 +54,25 @@ def _raw_keys(keys: jax.Array) -> jax.Array:
     return keys
 
 
+def _overflow(data: mjx.Data) -> jax.Array | None:
+    """MJX-Warp's per-world overflow bitmask, or None for impl "jax"."""
+    return getattr(data._impl, "overflow", None)
+
+
+def capacity_bits() -> int:
+    """The Warp overflow bits that mean a buffer was too small.
+
+    Solver iteration-limit bits are left out: they report convergence, not lost
+    contacts or constraints.
+    """
+    from mujoco.mjx.third_party.mujoco_warp._src.types import OverflowType
+
+    return int(OverflowType.ALL & ~(OverflowType.ITERATIONS | OverflowType.LS_ITERATIONS))
+
+
 def physics_step(
     model: mjx.Model, data: mjx.Data, ctrl: jax.Array, dt: jax.Array | None, substeps: int
-) -> mjx.Data:
+) -> tuple[mjx.Data, jax.Array]:
     """Advances batched ``data`` by ``dt`` in ``substeps`` solver steps.
 
     Args:
@@ -65,18 +84,44 @@ def physics_step(
       substeps: solver calls per step, each of ``dt / substeps``.
 
     Returns:
-      The advanced batched data.
+      The advanced batched data and the ``(num_envs,)`` int32 bitmask of Warp
+      capacities that overflowed during this step (zeros for impl "jax").
     """
+    num_envs = ctrl.shape[0]
+    overflow = _overflow(data)
+    if overflow is not None:  # Warp ORs flags in; clear them so they say "this step"
+        data = data.tree_replace({"_impl.overflow": jnp.zeros_like(overflow)})
+    data = data.replace(ctrl=ctrl.astype(data.ctrl.dtype))
+    if dt is not None:
+        timestep = jnp.broadcast_to(dt / substeps, (num_envs,))
+        model = model.tree_replace({"opt.timestep": timestep.astype(model.opt.timestep.dtype)})
+    one_step = jax.vmap(mjx.step, in_axes=(world_axes(model), 0))
+    # The scan is outside the vmap, so MJX-Warp's batched FFI call sees the whole batch.
+    data, _ = jax.lax.scan(lambda d, _: (one_step(model, d), None), data, None, length=substeps)
+    overflow = _overflow(data)
+    if overflow is None:
+        return data, jnp.zeros((num_envs,), jnp.int32)
+    return data, (overflow & capacity_bits()).astype(jnp.int32)
 
-    def one_world(m, d, u, dt):
-        if dt is not None:
-            m = m.tree_replace({"opt.timestep": jnp.asarray(dt / substeps, m.opt.timestep.dtype)})
-        d = d.replace(ctrl=u.astype(d.ctrl.dtype))
-        d, _ = jax.lax.scan(lambda d, _: (mjx.step(m, d), None), d, None, length=substeps)
-        return d
 
-    dt_axis = None if dt is None or jnp.ndim(dt) == 0 else 0
-    return jax.vmap(one_world, in_axes=(world_axes(model), 0, 0, dt_axis))(model, data, ctrl, dt)
+def contact_count(data: mjx.Data, num_envs: int) -> jax.Array:
+    """``(num_envs,)`` int32: contacts per world that enter the constraint solver.
+
+    impl "jax" keeps one slot per candidate pair and marks the active ones by
+    ``dist < includemargin``; impl "warp" keeps a pool of ``nacon`` contacts for
+    all worlds, each tagged with its world.
+    """
+    impl = data._impl
+    if hasattr(impl, "contact__worldid"):
+        active = (jnp.arange(impl.contact__worldid.shape[0]) < impl.nacon[0]) & (
+            impl.contact__dist < impl.contact__includemargin
+        )
+        world = jnp.where(active, impl.contact__worldid, num_envs)
+        return jnp.bincount(world, length=num_envs + 1)[:num_envs].astype(jnp.int32)
+    contact = data._impl.contact
+    if contact.dist.shape[-1] == 0:
+        return jnp.zeros((num_envs,), jnp.int32)
+    return jnp.sum(contact.dist < contact.includemargin, axis=-1).astype(jnp.int32)
 
 
 def step(
@@ -84,13 +129,30 @@ def step(
     state: RunnerState,
     dt: jax.Array | None = None,
     substeps: int = 1,
+    truncate_on_overflow: bool = False,
 ) -> RunnerState:
     """One step of every world with the controls in ``state.ctrl``.
 
-    Flags are left as they are: a task or the caller decides termination.
+    Args:
+      model: ``mjx.Model``.
+      state: the current state.
+      dt: step length; None means ``substeps * timestep``.
+      substeps: solver calls per step (static).
+      truncate_on_overflow: mark a world whose Warp buffers overflowed as
+        truncated, so the next reset replaces it (static).
+
+    Returns:
+      The new state; ``state.overflow`` holds this step's overflow bits. Other flags
+      are left as they are: a task or the caller decides termination.
     """
-    data = physics_step(model, state.data, state.ctrl, dt, substeps)
-    return state.replace(data=data, episode_length=state.episode_length + 1)
+    data, overflow = physics_step(model, state.data, state.ctrl, dt, substeps)
+    truncated = state.truncated | (overflow != 0) if truncate_on_overflow else state.truncated
+    return state.replace(
+        data=data,
+        episode_length=state.episode_length + 1,
+        overflow=overflow,
+        truncated=truncated,
+    )
 
 
 def parse_mask(mask: Any, num_envs: int) -> tuple[jax.Array, jax.Array]:
@@ -174,7 +236,8 @@ def rollout(
         ``n_steps`` axis.
 
     Returns:
-      ``(final_state, trajectory)``.
+      ``(final_state, trajectory)``; ``final_state.overflow`` ORs the overflow bits
+      of every step of the rollout.
     """
     if callable(actions_or_policy):
         policy = actions_or_policy
@@ -182,10 +245,10 @@ def rollout(
         def body(s, _):
             keys = jax.vmap(jax.random.split)(s.rng)
             s = s.replace(rng=keys[:, 0], ctrl=policy(s, keys[:, 1]).astype(s.ctrl.dtype))
-            s = step(model, s, dt, substeps)
+            s = _step_or(model, s, dt, substeps)
             return s, record(s)
 
-        return jax.lax.scan(body, state, None, length=n_steps)
+        return jax.lax.scan(body, _no_overflow(state), None, length=n_steps)
 
     actions = jnp.asarray(actions_or_policy)
     expected = (n_steps, *state.ctrl.shape)
@@ -193,7 +256,17 @@ def rollout(
         raise ValueError(f"actions must have shape {expected}, got {actions.shape}")
 
     def body(s, u):
-        s = step(model, s.replace(ctrl=u.astype(s.ctrl.dtype)), dt, substeps)
+        s = _step_or(model, s.replace(ctrl=u.astype(s.ctrl.dtype)), dt, substeps)
         return s, record(s)
 
-    return jax.lax.scan(body, state, actions)
+    return jax.lax.scan(body, _no_overflow(state), actions)
+
+
+def _no_overflow(state: RunnerState) -> RunnerState:
+    return state.replace(overflow=jnp.zeros_like(state.overflow))
+
+
+def _step_or(model, state, dt, substeps):
+    """A step whose overflow bits accumulate, so a rollout reports any overflow."""
+    new = step(model, state, dt, substeps)
+    return new.replace(overflow=new.overflow | state.overflow)

@@ -8,10 +8,12 @@ the batch, not three.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
 import os
+import warnings
 from typing import Any
 
 import jax
@@ -39,9 +41,9 @@ def _cleared(state: RunnerState) -> RunnerState:
     )
 
 
-def _step_into(model, state, scratch, dt, substeps):
+def _step_into(model, state, scratch, dt, substeps, truncate):
     del scratch  # donated: its buffers receive the new state
-    return core.step(model, state, dt, substeps)
+    return core.step(model, state, dt, substeps, truncate)
 
 
 def _split_rng(state: RunnerState) -> tuple[RunnerState, jax.Array]:
@@ -58,10 +60,10 @@ def _randomize_worlds(rand, model, default_model, state, mask):
     return model, state
 
 
-def _step_randomized(rand, model, state, scratch, default_model, dt, substeps):
+def _step_randomized(rand, model, state, scratch, default_model, dt, substeps, truncate):
     """A step that redraws the parameters of worlds every ``rand.every_n_steps``."""
     del scratch
-    state = core.step(model, state, dt, substeps)
+    state = core.step(model, state, dt, substeps, truncate)
     due = state.episode_length % rand.every_n_steps == 0
     return _randomize_worlds(rand, model, default_model, state, due)
 
@@ -108,6 +110,9 @@ def _set_flags(state, terminated, truncated):
     return state.replace(terminated=terminated, truncated=truncated)
 
 
+OVERFLOW_POLICIES = ("raise", "warn", "truncate")
+
+
 class MultiEnvRunner:
     """``num_envs`` MuJoCo worlds stepped together on MJX.
 
@@ -119,6 +124,20 @@ class MultiEnvRunner:
       seed: seeds the per-world RNG keys.
       device: None (JAX's default device), a ``jax.Device`` or a platform name.
       keyframe: name or index of a keyframe to start from (None: ``qpos0``).
+      graph_mode: Warp's CUDA-graph mode (``"none"``, ``"jax"``, ``"warp"``,
+        ``"warp_staged"``, ``"warp_staged_ex"``); None picks ``"warp"`` on CUDA and
+        ``"jax"`` on CPU. Ignored by impl "jax".
+      naconmax: Warp contact pool for all worlds together (default: 4 per
+        collidable geom plus 8, times ``num_envs``; see ``backend.capacities``).
+      njmax: Warp constraint rows per world (default: from the model's equality,
+        friction-loss, limit and contact rows).
+      naccdmax: Warp convex-collision contact pool (default ``naconmax``).
+      nvmax: Warp active DOFs per world (default ``nv``).
+      overflow_policy: what a Warp capacity overflow does: ``"raise"`` (roll back
+        the step and raise ``CapacityOverflowError``), ``"warn"`` (a
+        ``CapacityWarning`` per step that overflows) or ``"truncate"`` (mark those
+        worlds truncated, on device, so the next reset replaces them). Overflow is
+        never dropped: ``runner.overflow`` always holds the last step's bits.
 
     The state after construction (and after :meth:`build_default`) is the default
     snapshot that resets restore.
@@ -133,15 +152,29 @@ class MultiEnvRunner:
         seed: int = 0,
         device: Any = None,
         keyframe: int | str | None = None,
+        graph_mode: str | None = None,
+        naconmax: int | None = None,
+        njmax: int | None = None,
+        naccdmax: int | None = None,
+        nvmax: int | None = None,
+        overflow_policy: str = "raise",
     ):
         num_envs = checks.count(num_envs, "num_envs")
         impl = backend.check_impl(impl)
         seed = checks.count(seed, "seed", minimum=0)
-        if impl == "warp":
-            raise NotImplementedError("impl 'warp' is not supported by MultiEnvRunner yet")
+        if overflow_policy not in OVERFLOW_POLICIES:
+            raise ValueError(
+                f"overflow_policy must be one of {OVERFLOW_POLICIES}, got {overflow_policy!r}"
+            )
         device = backend.resolve_device(device)
-        mj_model = load_any(model)
+        mj_model = copy.copy(load_any(model))  # later edits of the caller's model stay there
         backend.check_supported(mj_model, impl)
+        graph_mode = backend.check_graph_mode(graph_mode, device) if impl == "warp" else None
+        caps = (
+            backend.capacities(mj_model, num_envs, naconmax, njmax, naccdmax, nvmax)
+            if impl == "warp"
+            else None
+        )
         mj_data = mujoco.MjData(mj_model)
         if keyframe is not None:
             mujoco.mj_resetDataKeyframe(mj_model, mj_data, self._keyframe_id(mj_model, keyframe))
@@ -151,8 +184,11 @@ class MultiEnvRunner:
         self._impl = impl
         self._device = device
         self._num_envs = num_envs
-        self._model = backend.put_model(mj_model, impl, device)
-        template = backend.put_data(mj_model, mj_data, impl, device)
+        self._graph_mode = graph_mode
+        self._caps = caps
+        self._overflow_policy = overflow_policy
+        self._model = backend.put_model(mj_model, impl, device, graph_mode)
+        template = backend.put_data(mj_model, mj_data, impl, device, caps)
 
         self._template = template
         self._randomization: _Randomization | None = None
@@ -169,6 +205,7 @@ class MultiEnvRunner:
         )
         self._set_ctrl_fn = jax.jit(_set_ctrl, donate_argnums=(0,))
         self._set_flags_fn = jax.jit(_set_flags, donate_argnums=(0,))
+        self._contact_count_fn = jax.jit(functools.partial(core.contact_count, num_envs=num_envs))
 
         with jax.default_device(device):
             init = jax.jit(core.init, static_argnums=(1, 3))
@@ -186,11 +223,11 @@ class MultiEnvRunner:
         if rand is not None and rand.every_n_steps:
             step = functools.partial(_step_randomized, rand)
             self._step_fn = jax.jit(
-                step, static_argnums=(5,), donate_argnums=(2,), keep_unused=True
+                step, static_argnums=(5, 6), donate_argnums=(2,), keep_unused=True
             )
         else:
             self._step_fn = jax.jit(
-                _step_into, static_argnums=(4,), donate_argnums=(2,), keep_unused=True
+                _step_into, static_argnums=(4, 5), donate_argnums=(2,), keep_unused=True
             )
         # Without randomization the module-level function is used, so runners of the
         # same model share one compiled reset.
@@ -285,7 +322,26 @@ class MultiEnvRunner:
     @property
     def backend_info(self) -> dict[str, Any]:
         """Versions, impl, device and dtypes: record it with every result."""
-        return backend.backend_info(self._impl, self._device)
+        return backend.backend_info(self._impl, self._device, self._graph_mode, self._caps)
+
+    @property
+    def capacities(self) -> backend.Capacities | None:
+        """Warp buffer sizes (None for impl "jax")."""
+        return self._caps
+
+    @property
+    def overflow_policy(self) -> str:
+        return self._overflow_policy
+
+    @property
+    def overflow(self) -> np.ndarray:
+        """``(num_envs,)`` int32 NumPy copy: Warp capacity-overflow bits of the last
+        step per world (``backend.overflow_names`` decodes them; 0 for impl "jax")."""
+        return np.array(self._state.overflow)
+
+    def contact_count(self) -> np.ndarray:
+        """``(num_envs,)`` NumPy count of active contacts per world (both impls)."""
+        return np.array(self._contact_count_fn(self._state.data))
 
     def action_dim(self) -> int:
         """Number of controls per world (``nu``)."""
@@ -341,13 +397,36 @@ class MultiEnvRunner:
         substeps = checks.count(substeps, "substeps")
         if dt is not None:
             dt = np.asarray(checks.real(dt, "dt", positive=True), backend.float_dtype())
+        truncate = self._overflow_policy == "truncate"
+        model = self._model
         if self._randomization is not None and self._randomization.every_n_steps:
-            self._model, new = self._step_fn(
-                self._model, self._state, self._scratch, self._default_model, dt, substeps
+            model, new = self._step_fn(
+                model, self._state, self._scratch, self._default_model, dt, substeps, truncate
             )
         else:
-            new = self._step_fn(self._model, self._state, self._scratch, dt, substeps)
+            new = self._step_fn(model, self._state, self._scratch, dt, substeps, truncate)
         self._scratch, self._state = self._state, new
+        self._model = model
+        self._check_overflow()
+
+    def _check_overflow(self) -> None:
+        """Applies the overflow policy ``"raise"`` or ``"warn"`` (impl "warp" only).
+
+        It reads ``(num_envs,)`` ints back every step, which waits for the step to
+        finish; ``"truncate"`` stays on device.
+        """
+        if self._impl != "warp" or self._overflow_policy == "truncate":
+            return
+        bits = np.asarray(self._state.overflow)
+        if not bits.any():
+            return
+        message = backend.describe_overflow(bits, self._caps)
+        if self._overflow_policy == "warn":
+            warnings.warn(message, backend.CapacityWarning, stacklevel=3)
+            return
+        # Roll back to the state before the step: the scratch buffer still holds it.
+        self._scratch, self._state = self._state, self._scratch
+        raise backend.CapacityOverflowError(message)
 
     def rollout(
         self, actions_or_policy: Any, n_steps: int, dt: float | None = None, substeps: int = 1
@@ -383,6 +462,7 @@ class MultiEnvRunner:
             self._model, self._state, self._scratch, actions_or_policy, n_steps, dt, substeps
         )
         self._scratch, self._state = self._state, new
+        self._check_overflow()
         return trajectory
 
     # --- resets -------------------------------------------------------------------

@@ -26,6 +26,8 @@ class RunnerState:
       truncated: ``(num_envs,)`` bool, the episode was cut short (time limit, ...).
       rng: ``(num_envs, 2)`` uint32 raw PRNG key data, one key per world. Resets
         never rewind it.
+      overflow: ``(num_envs,)`` int32, the Warp capacity-overflow bits of the last
+        step (``OverflowType`` flags; always 0 for impl "jax").
       user: the user's own pytree (None by default). Its leaves follow the
         world-axis rule: declared dataclass fields are per world, bare arrays shared.
     """
@@ -36,6 +38,7 @@ class RunnerState:
     terminated: jax.Array = world_field(0)
     truncated: jax.Array = world_field(0)
     rng: jax.Array = world_field(1)
+    overflow: jax.Array = world_field(0, default=None)
     user: Any = None
 
     @property

@@ -19,7 +19,7 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 def pytest_configure(config):
     import warp as wp
 
-    wp.config.kernel_cache_dir = str(CACHE / "warp")
+    wp.config.cache_kernels = True  # Warp's kernel cache, in its default ~/.cache/warp
     wp.config.quiet = True
 
 

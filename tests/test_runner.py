@@ -73,9 +73,17 @@ def test_constructor_rejects_bad_input(kwargs, error, match):
         MultiEnvRunner(args.pop("model"), args.pop("num_envs"), **args)
 
 
-def test_warp_is_refused_clearly_until_supported():
-    with pytest.raises(NotImplementedError, match="impl 'warp'"):
-        MultiEnvRunner("cartpole", 2, impl="warp")
+def test_bad_warp_options_are_refused():
+    with pytest.raises(ValueError, match="overflow_policy"):
+        MultiEnvRunner("cartpole", 2, overflow_policy="ignore")
+    with pytest.raises(ValueError, match="graph_mode"):
+        MultiEnvRunner("cartpole", 2, impl="warp", graph_mode="cuda")
+    with pytest.raises(ValueError, match="naccdmax"):
+        MultiEnvRunner("cartpole", 2, impl="warp", naconmax=8, naccdmax=16)
+    with pytest.raises(ValueError, match="nvmax"):
+        MultiEnvRunner("cartpole", 2, impl="warp", nvmax=3)
+    with pytest.raises(TypeError, match="njmax"):
+        MultiEnvRunner("cartpole", 2, impl="warp", njmax=1.5)
 
 
 def test_unsupported_model_features_are_named():
