@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format
+.PHONY: demo test bench lint format
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Regenerates benchmarks/results/ (JSON, PNG, README.md); run it on a quiet machine.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run $(if $(DEVICE),--device $(DEVICE))
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

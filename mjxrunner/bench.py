@@ -21,8 +21,9 @@ run here is reported as unavailable with its reason, never dropped.
 
 How time is measured: building the variant (``setup_s``) is timed apart; the first
 call (``first_call_s``) includes compilation and is excluded from the rate; then
-``repeats`` calls are timed, each from the same start state (restored untimed), with
-``block_until_ready`` before every clock read. Rates are env steps per second (one
+``repeats`` rounds call every variant once in turn (interleaved, so drifting load on
+a shared machine touches all alike), each call from the same start state (restored
+untimed), with ``block_until_ready`` before every clock read. Rates are env steps per second (one
 env step is ``substeps`` solver calls of every world); the report gives the median
 and the spread of the repeats, and ratios of medians to ``raw`` and to ``native``.
 """
@@ -323,62 +324,97 @@ def _timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - t0
 
 
-def measure(variant: Variant, w: Workload, repeats: int, tick: Callable[[], None]) -> dict:
-    """Times ``variant`` on ``w``: setup, first call, then ``repeats`` steady calls.
+def measure(
+    variants: Sequence[Variant],
+    w: Workload,
+    repeats: int,
+    tick: Callable[[], None] = lambda: None,
+) -> list[dict]:
+    """Times each variant on ``w``: setup, a first call, then ``repeats`` rounds.
+
+    Every variant is built and called once (that call compiles) before any timing;
+    then each round calls every variant once, in turn, from its start state. On a
+    shared machine the load drifts, and interleaving spreads the drift over all
+    variants alike, so their ratios stay fair.
 
     Args:
-      variant: the variant.
+      variants: the variants, in report order.
       w: the workload.
-      repeats: timed calls after the first.
+      repeats: timed rounds.
       tick: called after each call (progress bars).
 
     Returns:
-      One result record (see :func:`run`); ``status`` is ``"ok"``, ``"unavailable"``
-      (``prepare`` said why it cannot run) or ``"failed"`` (it raised; the error is
-      the ``reason``).
+      One record per variant (see :func:`run`); ``status`` is ``"ok"``,
+      ``"unavailable"`` (``prepare`` said why it cannot run) or ``"failed"`` (it
+      raised; the error is the ``reason``). ``peak_rss_bytes`` is the process's
+      resident high-water mark during the variant's timed calls, which includes
+      what the other variants hold (None where the kernel cannot restart the mark).
     """
-    record: dict[str, Any] = {"variant": variant.name, "num_envs": w.num_envs}
+    records = {v.name: {"variant": v.name, "num_envs": w.num_envs} for v in variants}
+    trials: dict[str, Trial] = {}
+    seconds: dict[str, list[float]] = {}
+    peaks: dict[str, int] = {}
     can_reset_peak = _reset_peak_rss()
-    trial = None
-    try:
-        t0 = time.perf_counter()
-        trial = variant.prepare(w)
-        record["setup_s"] = time.perf_counter() - t0
-        trial.restore()
-        record["first_call_s"] = _timed(trial.run)
-        tick()
-        _reset_peak_rss()
-        seconds = []
-        for _ in range(repeats):
-            trial.restore()
-            seconds.append(_timed(trial.run))
-            tick()
-    except (Unavailable, NotImplementedError) as e:
-        return {**record, "status": "unavailable", "reason": str(e)}
-    except Exception as e:
-        return {**record, "status": "failed", "reason": f"{type(e).__name__}: {e}"}
-    finally:
+
+    def give_up(name: str, error: Exception) -> None:
+        unavailable = isinstance(error, (Unavailable, NotImplementedError))
+        records[name] = {
+            "variant": name,
+            "num_envs": w.num_envs,
+            "status": "unavailable" if unavailable else "failed",
+            "reason": str(error) if unavailable else f"{type(error).__name__}: {error}",
+        }
+        trial = trials.pop(name, None)
         if trial is not None:
             trial.close()
-        del trial
-        gc.collect()  # free this variant's buffers before the next one is measured
+
+    try:
+        for v in variants:
+            try:
+                t0 = time.perf_counter()
+                trials[v.name] = v.prepare(w)
+                records[v.name]["setup_s"] = time.perf_counter() - t0
+                trials[v.name].restore()
+                records[v.name]["first_call_s"] = _timed(trials[v.name].run)
+                seconds[v.name] = []
+                tick()
+            except Exception as e:
+                give_up(v.name, e)
+        for _ in range(repeats):
+            for name in list(trials):
+                try:
+                    trials[name].restore()
+                    _reset_peak_rss()
+                    seconds[name].append(_timed(trials[name].run))
+                    peaks[name] = max(peaks.get(name, 0), _peak_rss_bytes())
+                    tick()
+                except Exception as e:
+                    give_up(name, e)
+    finally:
+        for trial in trials.values():
+            trial.close()
+        trials.clear()
+        gc.collect()  # free the batch buffers before the next size is built
+
     steps = w.num_envs * w.n_steps
-    rates = [steps / s for s in seconds]
-    median = statistics.median(rates)
-    record.update(
-        status="ok",
-        reason=None,
-        run_s=seconds,
-        steps_per_s=median,
-        steps_per_s_min=min(rates),
-        steps_per_s_max=max(rates),
-        spread=(max(rates) - min(rates)) / median,
-        compile_s=max(record["first_call_s"] - statistics.median(seconds), 0.0),
-        # The steady calls' high-water mark; None where the kernel cannot restart it.
-        peak_rss_bytes=_peak_rss_bytes() if can_reset_peak else None,
-        device_memory=_device_memory(w.device),
-    )
-    return record
+    for name, record in records.items():
+        if "status" in record:
+            continue
+        rates = [steps / s for s in seconds[name]]
+        median = statistics.median(rates)
+        record.update(
+            status="ok",
+            reason=None,
+            run_s=seconds[name],
+            steps_per_s=median,
+            steps_per_s_min=min(rates),
+            steps_per_s_max=max(rates),
+            spread=(max(rates) - min(rates)) / median,
+            compile_s=max(record["first_call_s"] - statistics.median(seconds[name]), 0.0),
+            peak_rss_bytes=peaks[name] if can_reset_peak else None,
+            device_memory=_device_memory(w.device),
+        )
+    return list(records.values())
 
 
 def _ratios(results: list[dict]) -> None:
@@ -556,12 +592,11 @@ def run(
                 seed=seed,
                 actions=random_actions(mj_model, n_steps, size, seed),
             )
-            for n in names:
-                bar.set_description(f"{name} x{size} {n}")
-                done = bar.n
-                record = measure(VARIANTS[n], w, repeats, lambda: bar.update())
-                bar.update(done + repeats + 1 - bar.n)  # skipped calls of unavailable ones
-                report["results"].append(record)
+            bar.set_description(f"{name} x{size}")
+            done = bar.n
+            variants_ = [VARIANTS[n] for n in names]
+            report["results"] += measure(variants_, w, repeats, lambda: bar.update())
+            bar.update(done + len(names) * (repeats + 1) - bar.n)  # calls of unavailable ones
     report["host"]["load_avg_end"] = _load()
     _ratios(report["results"])
     return report

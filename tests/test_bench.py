@@ -5,8 +5,11 @@ every variant once to check what the report holds.
 """
 
 import copy
+import importlib.util
 import json
 import statistics
+import sys
+from pathlib import Path
 
 import jax
 import mujoco
@@ -16,6 +19,7 @@ from conftest import slider_xml
 
 from mjxrunner import backend_info, bench
 
+ROOT = Path(__file__).resolve().parents[1]
 N, STEPS, REPEATS = 3, 2, 2
 
 
@@ -126,47 +130,63 @@ def _workload(num_envs=4, n_steps=5):
 
 
 class _Log:
-    def __init__(self, fail_on_run=None):
-        self.calls, self.fail_on_run, self.runs = [], fail_on_run, 0
+    """A fake variant that logs what the harness calls, in order."""
+
+    def __init__(self, name="fake", fail_on_run=None, calls=None):
+        self.name, self.fail_on_run, self.runs = name, fail_on_run, 0
+        self.calls = [] if calls is None else calls
+
+    def variant(self):
+        return bench.Variant(self.name, self.name, self.prepare)
 
     def prepare(self, w):
-        self.calls.append("prepare")
+        self.calls.append(f"prepare {self.name}")
 
         def run():
             self.runs += 1
-            self.calls.append("run")
+            self.calls.append(f"run {self.name}")
             if self.runs == self.fail_on_run:
                 raise RuntimeError("boom")
 
         return bench.Trial(
             run=run,
-            restore=lambda: self.calls.append("restore"),
-            close=lambda: self.calls.append("close"),
+            restore=lambda: self.calls.append(f"restore {self.name}"),
+            close=lambda: self.calls.append(f"close {self.name}"),
         )
 
 
 def test_measure_restores_before_every_call_and_closes():
     log, ticks = _Log(), []
-    w = _workload()
-    r = bench.measure(bench.Variant("fake", "fake", log.prepare), w, 3, lambda: ticks.append(1))
-    assert log.calls == ["prepare"] + ["restore", "run"] * 4 + ["close"]
+    (r,) = bench.measure([log.variant()], _workload(), 3, lambda: ticks.append(1))
+    assert log.calls == ["prepare fake"] + ["restore fake", "run fake"] * 4 + ["close fake"]
     assert len(ticks) == 4  # the first, compiling call and 3 timed ones
     assert r["status"] == "ok" and len(r["run_s"]) == 3
     assert r["steps_per_s"] == pytest.approx(statistics.median([20 / s for s in r["run_s"]]))
 
 
+def test_measure_interleaves_variants_after_all_first_calls():
+    calls = []
+    a, b = _Log("a", calls=calls), _Log("b", calls=calls)
+    bench.measure([a.variant(), b.variant()], _workload(), 2)
+    runs = [c for c in calls if c.startswith(("prepare", "run"))]
+    assert runs == ["prepare a", "run a", "prepare b", "run b"] + ["run a", "run b"] * 2
+
+
 def test_measure_records_failures_and_still_closes():
-    log = _Log(fail_on_run=2)
-    r = bench.measure(bench.Variant("fake", "fake", log.prepare), _workload(), 3, lambda: None)
-    assert r["status"] == "failed" and r["reason"] == "RuntimeError: boom"
-    assert log.calls[-1] == "close"
+    calls = []
+    bad, good = _Log("bad", fail_on_run=2, calls=calls), _Log("good", calls=calls)
+    rows = bench.measure([bad.variant(), good.variant()], _workload(), 3)
+    assert rows[0]["status"] == "failed" and rows[0]["reason"] == "RuntimeError: boom"
+    assert rows[1]["status"] == "ok" and len(rows[1]["run_s"]) == 3
+    assert calls.count("run bad") == 2 and calls.count("close bad") == 1
+    assert calls[-1] == "close good"
 
 
 def test_measure_reports_unavailable_variants():
     def prepare(w):
         raise bench.Unavailable("needs two GPUs")
 
-    r = bench.measure(bench.Variant("fake", "fake", prepare), _workload(), 3, lambda: None)
+    (r,) = bench.measure([bench.Variant("fake", "fake", prepare)], _workload(), 3)
     assert r == {
         "variant": "fake",
         "num_envs": 4,
@@ -206,3 +226,22 @@ def test_random_actions_stay_in_ctrlrange():
     assert a[..., 0].min() >= 0.5 and a[..., 0].max() <= 0.75
     assert a[..., 1].min() < -0.5 and a[..., 1].max() > 0.5  # unlimited: [-1, 1]
     np.testing.assert_array_equal(a, bench.random_actions(m, 50, 8, seed=1))
+
+
+def _benchmarks_run():
+    spec = importlib.util.spec_from_file_location("benchmarks_run", ROOT / "benchmarks" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_results_summary_has_a_row_per_size_with_ratios(report):
+    runner = _benchmarks_run()
+    text = runner.summary([report])
+    assert "## cpu" in text and bench.describe_backend(report["backend"]) in text
+    rows = [line for line in text.splitlines() if line.startswith("| mjcf |")]
+    assert len(rows) == 1
+    rollout = _by_variant(report)["rollout"]
+    assert f"| {rollout['ratio_to_raw']:.2f} |" in rows[0]
+    assert "sharded: the sharded runner (issue 6) has not landed" in text
