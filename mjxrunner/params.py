@@ -26,7 +26,13 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.worlds import core_ndims, select_worlds, world_axes
+from mjxrunner.worlds import (
+    core_ndims,
+    pytree_dataclass,
+    select_worlds,
+    static_field,
+    world_axes,
+)
 
 # Fields whose change alters the derived constants above.
 MASS_FIELDS = frozenset({"body_mass", "body_inertia", "dof_armature"})
@@ -155,21 +161,48 @@ def _derived_one_world(m: mjx.Model, d: mjx.Data, mj: mujoco.MjModel) -> dict[st
     }
 
 
-def recompute_derived(model: mjx.Model, template: mjx.Data, mj_model: mujoco.MjModel) -> mjx.Model:
+@pytree_dataclass
+class Reference:
+    """What :func:`recompute_derived` needs: MJX's JAX-impl functions (kinematics,
+    composite inertia) on one world, whatever impl the runner steps with.
+
+    Attributes:
+      model: impl "jax" ``mjx.Model`` of the same host model, unbatched.
+      data: impl "jax" unbatched ``mjx.Data`` (a work buffer).
+      mj_model: the host model, for the static tree structure.
+    """
+
+    model: mjx.Model
+    data: mjx.Data
+    mj_model: mujoco.MjModel = static_field()
+
+    @classmethod
+    def build(cls, mj_model: mujoco.MjModel, device: jax.Device) -> Reference:
+        model = mjx.put_model(mj_model, impl="jax", device=device)
+        return cls(model, mjx.make_data(mj_model, impl="jax", device=device), mj_model)
+
+
+def recompute_derived(model: mjx.Model, ref: Reference) -> mjx.Model:
     """Rebuilds the constants MJX reads that depend on masses and inertias.
 
     World-indexed mass fields give world-indexed derived fields; a model whose mass
-    fields are all shared gets shared derived fields.
-
-    Args:
-      model: ``mjx.Model``, leaves shared or per world.
-      template: unbatched ``mjx.Data`` of the same model (a work buffer).
-      mj_model: the host model, for the static tree structure.
+    fields are all shared gets shared derived fields. Works for either impl: the
+    constants are computed with MJX's JAX functions on ``ref``.
     """
     axes = world_axes(model)
-    batched = any(getattr(axes, f) == 0 for f in MASS_FIELDS)
-    fn = lambda m: _derived_one_world(m, template, mj_model)  # noqa: E731
-    derived = jax.vmap(fn, in_axes=(axes,))(model) if batched else fn(model)
+    masses = {f: getattr(model, f) for f in MASS_FIELDS}
+    mass_axes = {f: getattr(axes, f) for f in MASS_FIELDS}
+
+    def one(masses):
+        m = ref.model.replace(
+            **{k: v.astype(getattr(ref.model, k).dtype) for k, v in masses.items()}
+        )
+        return _derived_one_world(m, ref.data, ref.mj_model)
+
+    if any(a == 0 for a in mass_axes.values()):
+        derived = jax.vmap(one, in_axes=(mass_axes,))(masses)
+    else:
+        derived = one(masses)
     return model.replace(**{k: v.astype(getattr(model, k).dtype) for k, v in derived.items()})
 
 
@@ -257,8 +290,7 @@ def randomize(
     keys: jax.Array,
     mask: jax.Array,
     terms: Sequence[Term],
-    template: mjx.Data | None = None,
-    mj_model: mujoco.MjModel | None = None,
+    ref: Reference | None = None,
 ) -> mjx.Model:
     """Draws new parameters for the worlds in ``mask``, each from its default value.
 
@@ -271,8 +303,7 @@ def randomize(
       keys: ``(num_envs, 2)`` uint32 raw keys, one per world.
       mask: ``(num_envs,)`` bool, the worlds that get new draws.
       terms: the randomized parameters (validate with :func:`check_terms`).
-      template: unbatched ``mjx.Data``, needed when a term touches masses.
-      mj_model: the host model, needed when a term touches masses.
+      ref: needed when a term touches masses, to rebuild derived constants.
 
     Returns:
       The model with the selected worlds' fields redrawn.
@@ -290,9 +321,9 @@ def randomize(
     fresh = model.tree_replace(drawn)
     changed = set(drawn)
     if changed & MASS_FIELDS:
-        if template is None or mj_model is None:
-            raise ValueError("terms on masses need template and mj_model to recompute constants")
-        fresh = recompute_derived(fresh, template, mj_model)
+        if ref is None:
+            raise ValueError("terms on masses need ref (a params.Reference) to rebuild constants")
+        fresh = recompute_derived(fresh, ref)
         changed |= set(DERIVED)
     # Give the current model the same world axes, so only masked worlds change.
     current = model.tree_replace({p: per_world(model, p, num_envs) for p in changed})

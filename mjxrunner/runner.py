@@ -28,6 +28,11 @@ from mjxrunner.state import RunnerState
 from mjxrunner.worlds import core_ndims, select_worlds, world_mask
 
 
+def _structure(model: mjx.Model) -> tuple[Any, list[tuple[int, ...]]]:
+    """What a compiled step depends on: the treedef (static fields) and leaf shapes."""
+    return jax.tree.structure(model), [x.shape for x in jax.tree.leaves(model)]
+
+
 def _copy(tree: Any) -> Any:
     return jax.tree.map(jnp.copy, tree)
 
@@ -54,9 +59,7 @@ def _split_rng(state: RunnerState) -> tuple[RunnerState, jax.Array]:
 
 def _randomize_worlds(rand, model, default_model, state, mask):
     state, keys = _split_rng(state)
-    model = params.randomize(
-        model, default_model, keys, mask, rand.terms, rand.template, rand.mj_model
-    )
+    model = params.randomize(model, default_model, keys, mask, rand.terms, rand.ref)
     return model, state
 
 
@@ -96,8 +99,7 @@ class _Randomization:
     terms: tuple[params.Term, ...]
     on_reset: bool
     every_n_steps: int
-    template: mjx.Data
-    mj_model: mujoco.MjModel
+    ref: params.Reference
 
 
 def _set_ctrl(ctrl, mask, values):
@@ -190,7 +192,7 @@ class MultiEnvRunner:
         self._model = backend.put_model(mj_model, impl, device, graph_mode)
         template = backend.put_data(mj_model, mj_data, impl, device, caps)
 
-        self._template = template
+        self._ref: params.Reference | None = None  # built when masses first change
         self._randomization: _Randomization | None = None
         self._recompute_fn = None
         self._copy = jax.jit(_copy)
@@ -212,6 +214,7 @@ class MultiEnvRunner:
             self._state = init(template, num_envs, jax.random.key(seed), mj_model.nu)
         self._scratch = self._copy(self._state)
         self._default_model = self._model
+        self._structure = _structure(self._model)
         self._default = self._cleared(self._state)
         self._layout = "linear"
         self._origins = np.zeros((num_envs, 3))
@@ -425,7 +428,9 @@ class MultiEnvRunner:
             warnings.warn(message, backend.CapacityWarning, stacklevel=3)
             return
         # Roll back to the state before the step: the scratch buffer still holds it.
+        # The failed step's bits stay readable in ``overflow``.
         self._scratch, self._state = self._state, self._scratch
+        self._state = self._state.replace(overflow=jax.device_put(bits, self._device))
         raise backend.CapacityOverflowError(message)
 
     def rollout(
@@ -548,14 +553,72 @@ class MultiEnvRunner:
             model = self._recompute(model)
         self._model = model
 
+    def update_model(self, source: mujoco.MjModel | None = None, *, fields: Any = None) -> None:
+        """Copies new parameter values to the device model: the one way host edits
+        reach it.
+
+        Args:
+          source: a host ``MjModel`` of the same structure (e.g. ``runner.mj_model``
+            after editing it). Its derived constants are recomputed
+            (``mj_setConst``) on a copy first; every device field becomes shared
+            again, per-world values included.
+          fields: or a mapping ``{path: value}`` of core-shaped values for all worlds,
+            applied together (``"opt.gravity"``, ``"body_mass"``, ...).
+
+        A structural change (sizes, static fields such as joint types or geom types)
+        raises ``ValueError``: build a new runner. The default snapshot is not
+        changed: call :meth:`build_default` to make the update survive resets.
+        """
+        if (source is None) == (fields is None):
+            raise TypeError("update_model takes either a host MjModel or fields={path: value}")
+        if source is not None:
+            if not isinstance(source, mujoco.MjModel):
+                raise TypeError(f"source must be a mujoco.MjModel, got {type(source).__name__}")
+            host = copy.copy(source)
+            mujoco.mj_setConst(host, mujoco.MjData(host))
+            try:
+                backend.check_supported(host, self._impl)
+                new = backend.put_model(host, self._impl, self._device, self._graph_mode)
+            except ValueError as e:
+                raise ValueError(f"update_model: {e}") from e
+            if _structure(new) != self._structure:
+                raise ValueError(
+                    "update_model: the host model differs in structure (sizes or static "
+                    "fields such as joint, geom or actuator types), which is compiled into "
+                    "the step; build a new MultiEnvRunner for it"
+                )
+            self._mj_model = host
+            self._model = new
+            self._ref = None  # the constants' reference follows the new host model
+            if self._randomization is not None:
+                self._randomization = dataclasses.replace(
+                    self._randomization, ref=self._reference()
+                )
+                self._build_step_and_reset()
+            return
+        if not isinstance(fields, dict) or not fields:
+            raise TypeError("fields must be a non-empty dict {path: value}")
+        updates = {}
+        for path, value in fields.items():
+            leaf = params.check_settable(self._model, path)
+            core = leaf.shape[leaf.ndim - params.get_leaf(core_ndims(self._model), path) :]
+            arr = checks.finite_array(value, f"value for {path!r}", core, leaf.dtype)
+            params.check_values(path, arr)
+            updates[path] = jax.device_put(arr, self._device)
+        model = self._model.tree_replace(updates)
+        if set(updates) & params.MASS_FIELDS:
+            model = self._recompute(model)
+        self._model = model
+
+    def _reference(self) -> params.Reference:
+        if self._ref is None:
+            self._ref = params.Reference.build(self._mj_model, self._device)
+        return self._ref
+
     def _recompute(self, model: mjx.Model) -> mjx.Model:
         if self._recompute_fn is None:
-            self._recompute_fn = jax.jit(
-                functools.partial(
-                    params.recompute_derived, template=self._template, mj_model=self._mj_model
-                )
-            )
-        return self._recompute_fn(model)
+            self._recompute_fn = jax.jit(params.recompute_derived)
+        return self._recompute_fn(model, self._reference())
 
     def set_gravity(self, gravity: Any, world: int | None = None) -> None:
         """Sets gravity ``(3,)`` for every world (shared) or for world ``world`` only.
@@ -597,9 +660,7 @@ class MultiEnvRunner:
         if not isinstance(on_reset, bool) or not isinstance(at_startup, bool):
             raise TypeError("on_reset and at_startup must be bools")
         self._randomization = (
-            _Randomization(terms, on_reset, every_n_steps, self._template, self._mj_model)
-            if terms
-            else None
+            _Randomization(terms, on_reset, every_n_steps, self._reference()) if terms else None
         )
         self._build_step_and_reset()
         if terms and at_startup:
