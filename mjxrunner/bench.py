@@ -206,7 +206,8 @@ def _prepare_env(w: Workload) -> Trial:
     env = env_.make(
         task, w.num_envs, autoreset="same_step", impl=w.impl, device=w.device, model=w.mj_model
     )
-    start = jax.block_until_ready(jax.jit(env_.reset)(env, jax.random.key(w.seed)))
+    key = jax.device_put(jax.random.key(w.seed), w.device)
+    start = jax.block_until_ready(jax.jit(env_.reset)(env, key))
     actions = jax.device_put(w.actions, w.device)
     return Trial(run=lambda: jax.block_until_ready(_env_scan_jit(env, start, actions)))
 
@@ -531,7 +532,9 @@ def run(
       ``steps_per_s`` (median), ``steps_per_s_min``/``_max``, ``spread``
       ((max - min) / median), ``run_s``, ``setup_s``, ``first_call_s``,
       ``compile_s`` (first call minus a steady call), ``ratio_to_raw``,
-      ``ratio_to_native``, ``peak_rss_bytes`` and ``device_memory``.
+      ``ratio_to_native``, ``peak_rss_bytes`` (host) and ``device_memory`` (the
+      device's ``memory_stats`` after the size was measured, None on CPU; its
+      ``peak_bytes_in_use`` counts from the start of the process).
 
     Raises:
       TypeError, ValueError: bad arguments, before anything runs.
