@@ -277,7 +277,7 @@ VARIANTS: dict[str, Variant] = {
         Variant(RAW, "jit(vmap(scan(mjx.step)))", _prepare_raw),
         Variant("rollout", "runner.rollout (fused scan)", _prepare_rollout),
         Variant("env", "scan of env.step (task + autoreset)", _prepare_env),
-        Variant("step_loop", "runner.step() Python loop", _prepare_step_loop),
+        Variant("step_loop", "set_actions + step() Python loop", _prepare_step_loop),
         Variant(NATIVE, "mujoco.rollout, all CPU threads", _prepare_native),
         Variant("sharded", "sharded runner", _prepare_sharded),
     )
@@ -749,6 +749,7 @@ def plot(report: dict[str, Any], path: str | os.PathLike) -> Path:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import NullLocator
     except ImportError:
         raise ImportError("plotting needs matplotlib: pip install 'mjxrunner[bench]'") from None
     fig = Figure(figsize=(7, 4.5), dpi=120)
@@ -761,9 +762,13 @@ def plot(report: dict[str, Any], path: str | os.PathLike) -> Path:
         x = np.array([r["num_envs"] for r in rows])
         y = np.array([r["steps_per_s"] for r in rows])
         err = [y - [r["steps_per_s_min"] for r in rows], [r["steps_per_s_max"] for r in rows] - y]
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{name}: {label}")
+        color = f"C{list(VARIANTS).index(name)}" if name in VARIANTS else None  # same in every plot
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, color=color, label=f"{name}: {label}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    sizes = report["config"]["num_envs"]
+    ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("num_envs (worlds)")
     ax.set_ylabel("env steps / s")
     c, info = report["config"], report["backend"]
@@ -774,7 +779,15 @@ def plot(report: dict[str, Any], path: str | os.PathLike) -> Path:
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    host = report["host"]
+    fig.text(
+        0.01,
+        0.01,
+        f"{describe_backend(info)}\nhost: {host['cpu']}, load avg {host.get('load_avg_start')}",
+        fontsize=6,
+        color="0.4",
+    )
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
