@@ -34,6 +34,7 @@ import dataclasses
 import datetime
 import functools
 import gc
+import hashlib
 import json
 import math
 import os
@@ -264,11 +265,28 @@ def _prepare_native(w: Workload) -> Trial:
 
 
 def _prepare_sharded(w: Workload) -> Trial:
-    try:
-        import mjxrunner.sharding  # noqa: F401
-    except ImportError:
-        raise Unavailable("the sharded runner (issue 6) has not landed") from None
-    raise Unavailable("mjxrunner.sharding exists but has no harness entry yet")
+    """The runner's rollout with its worlds split over every device of the platform."""
+    import inspect
+
+    from mjxrunner.runner import MultiEnvRunner
+
+    if "devices" not in inspect.signature(MultiEnvRunner).parameters:
+        raise Unavailable("the sharded runner (issue 6) has not landed: no devices= argument")
+    devices = jax.devices(w.device.platform)
+    if len(devices) < 2:
+        raise Unavailable(
+            f"one {w.device.platform} device here; sharding needs two or more (on CPU, "
+            "XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts)"
+        )
+    if w.num_envs % len(devices):
+        raise Unavailable(f"{w.num_envs} worlds do not split over {len(devices)} devices")
+    runner = MultiEnvRunner(w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, devices=devices)
+
+    def run() -> None:
+        trajectory = runner.rollout(w.actions, w.n_steps, substeps=w.substeps)
+        jax.block_until_ready((trajectory, runner.state))
+
+    return Trial(run=run, restore=_restorer(runner))
 
 
 VARIANTS: dict[str, Variant] = {
@@ -487,6 +505,22 @@ def _model_name(model: Any) -> str:
     return Path(text).stem
 
 
+def _source_sha256(model: Any) -> str | None:
+    """SHA-256 of the MJCF/MJB bytes the model came from (None for an ``MjModel``)."""
+    from mjxrunner import models
+
+    if isinstance(model, mujoco.MjModel):
+        return None
+    text = os.fspath(model)
+    if isinstance(model, str) and text.lstrip().startswith("<"):
+        data = text.encode()
+    elif isinstance(model, str) and text in models.list():
+        data = models.path(text).read_bytes()
+    else:
+        data = Path(text).read_bytes()
+    return hashlib.sha256(data).hexdigest()
+
+
 def random_actions(m: mujoco.MjModel, n_steps: int, num_envs: int, seed: int) -> np.ndarray:
     """``(n_steps, num_envs, nu)`` uniform controls within ``ctrlrange`` (``[-1, 1]``
     where unlimited), in the MJX float dtype."""
@@ -576,6 +610,7 @@ def run(
             "nv": mj_model.nv,
             "nu": mj_model.nu,
             "timestep": float(mj_model.opt.timestep),
+            "source_sha256": _source_sha256(model),
         },
         "variants": {n: VARIANTS[n].label for n in names},
         "results": [],
