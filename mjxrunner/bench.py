@@ -132,10 +132,17 @@ class Variant:
 
 
 def _batched_start(w: Workload) -> tuple[mjx.Model, mjx.Data]:
-    """Device model and ``num_envs`` copies of the start data, as the runner builds them."""
-    model = backend.put_model(w.mj_model, w.impl, w.device)
-    one = backend.put_data(w.mj_model, w.mj_data, w.impl, w.device)
-    data = jax.tree.map(lambda x: jnp.repeat(x[None], w.num_envs, axis=0), one)
+    """Device model and ``num_envs`` copies of the start data, as the runner builds them.
+
+    ``vmap`` broadcasts the per-world leaves; MJX-Warp's pooled contact buffers stay
+    pooled (MJX declares them unmapped), sized by the runner's default capacities.
+    """
+    warp = w.impl == "warp"
+    graph_mode = backend.check_graph_mode(None, w.device) if warp else None
+    caps = backend.capacities(w.mj_model, w.num_envs) if warp else None
+    model = backend.put_model(w.mj_model, w.impl, w.device, graph_mode)
+    one = backend.put_data(w.mj_model, w.mj_data, w.impl, w.device, caps)
+    data = jax.jit(jax.vmap(lambda _: one))(jnp.arange(w.num_envs))
     return model, jax.block_until_ready(data)
 
 
@@ -154,12 +161,25 @@ def _raw_rollout(model: mjx.Model, data: mjx.Data, actions: jax.Array, substeps:
     return jax.vmap(one_world, in_axes=(0, 1))(data, actions)
 
 
+@functools.partial(jax.jit, static_argnums=(3,))
+def _raw_rollout_warp(model: mjx.Model, data: mjx.Data, actions: jax.Array, substeps: int):
+    """The floor for impl "warp": the scan outside the ``vmap``, so that Warp's batched
+    FFI call sees the whole batch (as in ``core.physics_step``)."""
+    one_step = jax.vmap(mjx.step, in_axes=(None, 0))
+
+    def body(d, u):
+        d = d.replace(ctrl=u)
+        d, _ = jax.lax.scan(lambda d, _: (one_step(model, d), None), d, None, substeps)
+        return d, None
+
+    return jax.lax.scan(body, data, actions)[0]
+
+
 def _prepare_raw(w: Workload) -> Trial:
     model, data = _batched_start(w)
     actions = jax.device_put(w.actions, w.device)
-    return Trial(
-        run=lambda: jax.block_until_ready(_raw_rollout(model, data, actions, w.substeps)),
-    )
+    rollout = _raw_rollout_warp if w.impl == "warp" else _raw_rollout
+    return Trial(run=lambda: jax.block_until_ready(rollout(model, data, actions, w.substeps)))
 
 
 def _runner(w: Workload) -> Any:
@@ -592,7 +612,10 @@ def run(
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "backend": backend.backend_info(impl, dev),
+        # Warp capacities scale with num_envs, so the report names only the graph mode.
+        "backend": backend.backend_info(
+            impl, dev, backend.check_graph_mode(None, dev) if impl == "warp" else None
+        ),
         "host": _host(),
         "config": {
             "model": name,
