@@ -1,11 +1,117 @@
-"""Registry of the MJCF scenes in ``models/`` and loading of any model source."""
+"""Registry of the MJCF scenes in ``models/`` and loading of any model source.
+
+Each scene has a :class:`ModelInfo`: a one-line summary, whether it has contacts, the
+MJX-Warp capacities it needs, its default keyframe and the camera to render it with.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import mujoco
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """What the registry knows about one scene in ``models/``.
+
+    Attributes:
+      name: the registry name (the file name without ``.xml``).
+      summary: one line for listings (README, ``mjxrunner models``).
+      contacts: whether the scene has contacts (some geom pair can collide).
+      naconmax_per_world: contacts one world can produce at most. MJX-Warp's
+        ``naconmax`` pools contacts of all worlds, so size it
+        ``num_envs * naconmax_per_world``.
+      njmax: constraint rows one world can produce at most (MJX-Warp's per-world
+        ``njmax``).
+      keyframe: the keyframe tasks and demos start from.
+      camera: the named camera that frames the scene; renders use it by default.
+
+    The two capacities are the sizes MJX's jax impl preallocates for the scene, which
+    are upper bounds (every candidate geom pair at its most contacts, every limit
+    active). A native MuJoCo run with random controls uses
+    about half of them (``python scripts/contact_capacity.py`` prints both).
+    """
+
+    name: str
+    summary: str
+    contacts: bool
+    naconmax_per_world: int
+    njmax: int
+    keyframe: str
+    camera: str
+
+
+_INFO = {
+    info.name: info
+    for info in (
+        ModelInfo(
+            "acrobot",
+            "two links, motor at the elbow only: swing up through the coupling",
+            contacts=False,
+            naconmax_per_world=0,
+            njmax=0,
+            keyframe="hanging",
+            camera="front",
+        ),
+        ModelInfo(
+            "ant",
+            "quadruped on a free joint, 8 motors, torso and shins touch the floor",
+            contacts=True,
+            naconmax_per_world=9,
+            njmax=35,
+            keyframe="stand",
+            camera="track",
+        ),
+        ModelInfo(
+            "cartpole",
+            "cart on a rail with a hinged pole, one motor pushes the cart",
+            contacts=False,
+            naconmax_per_world=0,
+            njmax=1,
+            keyframe="upright",
+            camera="side",
+        ),
+        ModelInfo(
+            "hopper",
+            "planar one-legged hopper, 3 motors, capsule-floor contacts",
+            contacts=True,
+            naconmax_per_world=8,
+            njmax=27,
+            keyframe="stand",
+            camera="track",
+        ),
+        ModelInfo(
+            "humanoid",
+            "27-dof humanoid on a free joint, 21 motors, contacts with the floor",
+            contacts=True,
+            naconmax_per_world=15,
+            njmax=66,
+            keyframe="stand",
+            camera="track",
+        ),
+        ModelInfo(
+            "pendulum",
+            "torque-limited pendulum: too weak to lift the bob directly",
+            contacts=False,
+            naconmax_per_world=0,
+            njmax=1,
+            keyframe="down",
+            camera="front",
+        ),
+        ModelInfo(
+            "reacher",
+            "two-link planar arm reaching a per-world mocap target",
+            contacts=False,
+            naconmax_per_world=0,
+            njmax=1,
+            keyframe="home",
+            camera="top",
+        ),
+    )
+}
 
 
 def _models_dir() -> Path:
@@ -26,6 +132,19 @@ def path(name: str) -> Path:
     if not file.is_file():
         raise ValueError(f"unknown model {name!r}; known models: {', '.join(list())}")
     return file
+
+
+def info(name: str) -> ModelInfo:
+    """The registry's :class:`ModelInfo` for scene ``name``.
+
+    Raises:
+      TypeError: ``name`` is not a str.
+      ValueError: ``name`` is not a scene in ``models/`` or has no registry entry.
+    """
+    path(name)  # the same checks and message as for an unknown file
+    if name not in _INFO:
+        raise ValueError(f"model {name!r} has no registry entry in mjxrunner.models")
+    return _INFO[name]
 
 
 def load(name: str) -> mujoco.MjModel:
