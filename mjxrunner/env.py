@@ -350,15 +350,10 @@ def _fresh(env: Env, runner: RunnerState) -> tuple[RunnerState, jax.Array]:
             draw
         )
         data = jax.tree.map(lambda leaf: leaf[index], env.pool)
-    fresh = RunnerState(
-        data=data,
-        ctrl=jnp.zeros_like(runner.ctrl),
-        episode_length=jnp.zeros_like(runner.episode_length),
-        terminated=jnp.zeros_like(runner.terminated),
-        truncated=jnp.zeros_like(runner.truncated),
-        rng=rng,
-        overflow=jnp.zeros_like(runner.overflow),
-    )
+    # core.init knows every field a fresh world has (counters, flags, ...): take its
+    # cleared values and put the new data and keys in.
+    cleared = core.init(env.start, env.num_envs, jax.random.key(0), env.action_size)
+    fresh = cleared.replace(data=data, rng=rng)
     return fresh, _observe(env, data)
 
 
