@@ -7,6 +7,7 @@ from typing import Any
 import jax
 from mujoco import mjx
 
+from mjxrunner.health import HealthCounts
 from mjxrunner.worlds import pytree_dataclass, world_field
 
 
@@ -28,6 +29,10 @@ class RunnerState:
         never rewind it.
       overflow: ``(num_envs,)`` int32, the Warp capacity-overflow bits of the last
         step (``OverflowType`` flags; always 0 for impl "jax").
+      unstable: ``(num_envs,)`` bool, the world's state was non-finite or ran away
+        after the last step (see :mod:`mjxrunner.health`). Resets clear it.
+      health: :class:`~mjxrunner.health.HealthCounts`, per-world counts of
+        instabilities, overflows and resets; like ``rng``, never restored by a reset.
       user: the user's own pytree (None by default). Its leaves follow the
         world-axis rule: declared dataclass fields are per world, bare arrays shared.
     """
@@ -39,6 +44,8 @@ class RunnerState:
     truncated: jax.Array = world_field(0)
     rng: jax.Array = world_field(1)
     overflow: jax.Array = world_field(0, default=None)
+    unstable: jax.Array = world_field(0, default=None)
+    health: HealthCounts | None = None
     user: Any = None
 
     @property
