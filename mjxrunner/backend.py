@@ -30,8 +30,8 @@ def resolve_device(device: Any) -> jax.Device:
     Platform names are ``"cpu"``, ``"gpu"``/``"cuda"``, optionally with an index
     (``"cuda:1"``).
     """
-    if device is None:
-        return jax.devices()[0]
+    if device is None:  # this process's first device (all of them in one process)
+        return jax.local_devices()[0]
     if isinstance(device, jax.Device):
         if device not in jax.devices(device.platform):
             raise ValueError(f"device {device} is not one of this process's devices")

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from mujoco import mjx
 
+from mjxrunner import health
 from mjxrunner.state import RunnerState
 from mjxrunner.worlds import num_worlds, select_worlds, world_axes
 
@@ -44,6 +45,8 @@ def init(data: mjx.Data, num_envs: int, key: jax.Array, nu: int) -> RunnerState:
         truncated=jnp.zeros((num_envs,), bool),
         rng=_raw_keys(jax.random.split(key, num_envs)),
         overflow=jnp.zeros((num_envs,), jnp.int32),
+        unstable=jnp.zeros((num_envs,), bool),
+        health=health.HealthCounts.zeros(num_envs),
     )
 
 
@@ -104,13 +107,14 @@ def physics_step(
     return data, (overflow & capacity_bits()).astype(jnp.int32)
 
 
-def contact_count(data: mjx.Data, num_envs: int) -> jax.Array:
+def contact_count(data: mjx.Data) -> jax.Array:
     """``(num_envs,)`` int32: contacts per world that enter the constraint solver.
 
     impl "jax" keeps one slot per candidate pair and marks the active ones by
     ``dist < includemargin``; impl "warp" keeps a pool of ``nacon`` contacts for
     all worlds, each tagged with its world.
     """
+    num_envs = data.qpos.shape[0]
     impl = data._impl
     if hasattr(impl, "contact__worldid"):
         active = (jnp.arange(impl.contact__worldid.shape[0]) < impl.nacon[0]) & (
@@ -130,6 +134,7 @@ def step(
     dt: jax.Array | None = None,
     substeps: int = 1,
     truncate_on_overflow: bool = False,
+    check: health.Check | None = health.Check(),  # noqa: B008 - frozen, hashable
 ) -> RunnerState:
     """One step of every world with the controls in ``state.ctrl``.
 
@@ -140,18 +145,28 @@ def step(
       substeps: solver calls per step (static).
       truncate_on_overflow: mark a world whose Warp buffers overflowed as
         truncated, so the next reset replaces it (static).
+      check: which worlds count as unstable, and whether they are truncated
+        (static, see :class:`mjxrunner.health.Check`); None skips the test.
 
     Returns:
-      The new state; ``state.overflow`` holds this step's overflow bits. Other flags
-      are left as they are: a task or the caller decides termination.
+      The new state; ``state.overflow`` holds this step's overflow bits and
+      ``state.unstable`` the worlds that blew up, both counted in ``state.health``.
+      Other flags are left as they are: a task or the caller decides termination.
     """
     data, overflow = physics_step(model, state.data, state.ctrl, dt, substeps)
     truncated = state.truncated | (overflow != 0) if truncate_on_overflow else state.truncated
+    unstable, events = state.unstable, None
+    if check is not None:
+        unstable = health.unstable(data, check.max_qvel)
+        events = unstable if state.unstable is None else unstable & ~state.unstable
+        truncated = truncated | unstable if check.truncate else truncated
     return state.replace(
         data=data,
         episode_length=state.episode_length + 1,
         overflow=overflow,
         truncated=truncated,
+        unstable=unstable,
+        health=health.after_step(state.health, events, overflow),
     )
 
 
@@ -203,7 +218,26 @@ def reset(state: RunnerState, default: RunnerState, mask: Any = None) -> RunnerS
       The restored state. The RNG is never rewound: restored worlds keep drawing
       new numbers.
     """
-    return restore(state, default, mask).replace(rng=state.rng)
+    return restore(state, kept_by_reset(state, default), mask)
+
+
+def reset_selected(
+    state: RunnerState, default: RunnerState, done: jax.Array, shared: jax.Array
+) -> RunnerState:
+    """:func:`reset` with the mask already split by :func:`parse_mask`."""
+    return select_worlds(done, kept_by_reset(state, default), state, shared)
+
+
+def kept_by_reset(state: RunnerState, default: RunnerState) -> RunnerState:
+    """``default`` with what a reset never restores taken from ``state``: the RNG
+    and the health counters. A snapshot without an instability flag (one built by
+    hand) restores it as False."""
+    unstable = default.unstable
+    if state.unstable is None:
+        unstable = None
+    elif unstable is None:
+        unstable = jnp.zeros_like(state.unstable)
+    return default.replace(rng=state.rng, health=state.health, unstable=unstable)
 
 
 def qpos_qvel(state: RunnerState) -> tuple[jax.Array, jax.Array]:
@@ -219,6 +253,7 @@ def rollout(
     dt: jax.Array | None = None,
     substeps: int = 1,
     record: Callable[[RunnerState], Any] = qpos_qvel,
+    check: health.Check | None = health.Check(),  # noqa: B008 - frozen, hashable
 ) -> tuple[RunnerState, Any]:
     """Runs ``n_steps`` steps on device in one ``lax.scan``.
 
@@ -234,6 +269,7 @@ def rollout(
       substeps: as in :func:`step` (static).
       record: what to keep of each post-step state; stacked along a leading
         ``n_steps`` axis.
+      check: as in :func:`step` (static).
 
     Returns:
       ``(final_state, trajectory)``; ``final_state.overflow`` ORs the overflow bits
@@ -245,7 +281,7 @@ def rollout(
         def body(s, _):
             keys = jax.vmap(jax.random.split)(s.rng)
             s = s.replace(rng=keys[:, 0], ctrl=policy(s, keys[:, 1]).astype(s.ctrl.dtype))
-            s = _step_or(model, s, dt, substeps)
+            s = _step_or(model, s, dt, substeps, check)
             return s, record(s)
 
         return jax.lax.scan(body, _no_overflow(state), None, length=n_steps)
@@ -256,7 +292,7 @@ def rollout(
         raise ValueError(f"actions must have shape {expected}, got {actions.shape}")
 
     def body(s, u):
-        s = _step_or(model, s.replace(ctrl=u.astype(s.ctrl.dtype)), dt, substeps)
+        s = _step_or(model, s.replace(ctrl=u.astype(s.ctrl.dtype)), dt, substeps, check)
         return s, record(s)
 
     return jax.lax.scan(body, _no_overflow(state), actions)
@@ -266,7 +302,7 @@ def _no_overflow(state: RunnerState) -> RunnerState:
     return state.replace(overflow=jnp.zeros_like(state.overflow))
 
 
-def _step_or(model, state, dt, substeps):
+def _step_or(model, state, dt, substeps, check=health.Check()):  # noqa: B008
     """A step whose overflow bits accumulate, so a rollout reports any overflow."""
-    new = step(model, state, dt, substeps)
+    new = step(model, state, dt, substeps, check=check)
     return new.replace(overflow=new.overflow | state.overflow)

@@ -20,10 +20,12 @@ import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 from mujoco import mjx
 
-from mjxrunner import backend, checks, core, params
+from mjxrunner import backend, checkpoint, checks, core, health, params, sharding
 from mjxrunner.models import load_any
+from mjxrunner.sharding import AXIS, host_copy, on_worlds, specs
 from mjxrunner.state import RunnerState
 from mjxrunner.worlds import core_ndims, select_worlds, world_mask
 
@@ -43,12 +45,16 @@ def _cleared(state: RunnerState) -> RunnerState:
         episode_length=jnp.zeros_like(state.episode_length),
         terminated=jnp.zeros_like(state.terminated),
         truncated=jnp.zeros_like(state.truncated),
+        unstable=jnp.zeros_like(state.unstable),
     )
 
 
-def _step_into(model, state, scratch, dt, substeps, truncate):
+def _step_into(model, state, scratch, dt, substeps, truncate, mesh, check):
     del scratch  # donated: its buffers receive the new state
-    return core.step(model, state, dt, substeps, truncate)
+    step = functools.partial(
+        core.step, substeps=substeps, truncate_on_overflow=truncate, check=check
+    )
+    return on_worlds(step, mesh, model, state, dt)
 
 
 def _split_rng(state: RunnerState) -> tuple[RunnerState, jax.Array]:
@@ -57,36 +63,72 @@ def _split_rng(state: RunnerState) -> tuple[RunnerState, jax.Array]:
     return state.replace(rng=keys[:, 0]), keys[:, 1]
 
 
-def _randomize_worlds(rand, model, default_model, state, mask):
-    state, keys = _split_rng(state)
-    model = params.randomize(model, default_model, keys, mask, rand.terms, rand.ref)
-    return model, state
+def _randomize_worlds(rand, model, default_model, state, mask, mesh=None):
+    def draw(model, default_model, state, mask):
+        state, keys = _split_rng(state)
+        model = params.randomize(model, default_model, keys, mask, rand.terms, rand.ref)
+        return model, state
+
+    return on_worlds(draw, mesh, model, default_model, state, mask, per_world=(3,))
 
 
-def _step_randomized(rand, model, state, scratch, default_model, dt, substeps, truncate):
+def _step_randomized(
+    rand, model, state, scratch, default_model, dt, substeps, truncate, mesh, check
+):
     """A step that redraws the parameters of worlds every ``rand.every_n_steps``."""
     del scratch
-    state = core.step(model, state, dt, substeps, truncate)
-    due = state.episode_length % rand.every_n_steps == 0
-    return _randomize_worlds(rand, model, default_model, state, due)
+
+    def step(model, state, default_model, dt):
+        state = core.step(model, state, dt, substeps, truncate, check)
+        due = state.episode_length % rand.every_n_steps == 0
+        return _randomize_worlds(rand, model, default_model, state, due)
+
+    return on_worlds(step, mesh, model, state, default_model, dt)
 
 
-def _rollout_into(model, state, scratch, actions_or_policy, n_steps, dt, substeps):
+def _rollout_into(model, state, scratch, actions_or_policy, n_steps, dt, substeps, mesh, check):
     del scratch  # donated, as in _step_into
-    return core.rollout(model, state, actions_or_policy, n_steps, dt, substeps)
+    # Actions and the trajectory are (n_steps, num_envs, ...): time-major, so their
+    # world axis is the second one.
+    time_major = lambda shapes: (  # noqa: E731
+        specs(shapes[0]),
+        jax.tree.map(lambda _: PartitionSpec(None, AXIS), shapes[1]),
+    )
+    if callable(actions_or_policy):
+
+        def run(m, s, dt):
+            return core.rollout(m, s, actions_or_policy, n_steps, dt, substeps, check=check)
+
+        return on_worlds(run, mesh, model, state, dt, out_specs=time_major)
+
+    def run_actions(m, s, actions, dt):
+        actions = jnp.swapaxes(actions, 0, 1)
+        return core.rollout(m, s, actions, n_steps, dt, substeps, check=check)
+
+    actions = jnp.swapaxes(actions_or_policy, 0, 1)  # world-major to split it
+    return on_worlds(
+        run_actions, mesh, model, state, actions, dt, per_world=(2,), out_specs=time_major
+    )
 
 
-def _reset(rand, model, state, default_model, default_state, mask):
+def _reset(rand, model, state, default_model, default_state, mask, mesh):
     if mask is None:
-        model, state = default_model, _copy(default_state).replace(rng=state.rng)
+        model, state = default_model, _copy(core.kept_by_reset(state, default_state))
         done = jnp.ones((state.num_envs,), bool)
     else:
         done, shared = core.parse_mask(mask, state.num_envs)
-        model = select_worlds(done, default_model, model, shared)
-        state = core.reset(state, default_state, mask)
+        model, state = on_worlds(
+            _restore, mesh, model, state, default_model, default_state, done, shared, per_world=(4,)
+        )
+    state = state.replace(health=health.count_resets(state.health, done))
     if rand is not None and rand.on_reset:
-        model, state = _randomize_worlds(rand, model, default_model, state, done)
+        model, state = _randomize_worlds(rand, model, default_model, state, done, mesh)
     return model, state
+
+
+def _restore(model, state, default_model, default_state, done, shared):
+    model = select_worlds(done, default_model, model, shared)
+    return model, core.reset_selected(state, default_state, done, shared)
 
 
 _reset_plain = functools.partial(_reset, None)
@@ -140,6 +182,16 @@ class MultiEnvRunner:
         ``CapacityWarning`` per step that overflows) or ``"truncate"`` (mark those
         worlds truncated, on device, so the next reset replaces them). Overflow is
         never dropped: ``runner.overflow`` always holds the last step's bits.
+      devices: None (one device), or devices to split the worlds across; see
+        :meth:`shard`.
+      instability_policy: what a world whose state turns NaN/Inf or whose
+        ``|qvel|`` exceeds ``max_qvel`` does (checked inside the compiled step, see
+        :mod:`mjxrunner.health`): ``"reset"`` (default: mark it truncated and count
+        it, on device, so the next reset of truncated worlds replaces it),
+        ``"warn"`` (an ``InstabilityWarning`` when a world becomes unstable) or
+        ``"raise"`` (roll back the step and raise ``InstabilityError``). ``"warn"``
+        and ``"raise"`` read flags back after every step.
+      max_qvel: bound on ``|qvel|`` (default MuJoCo's ``mjMAXVAL``, 1e10).
 
     The state after construction (and after :meth:`build_default`) is the default
     snapshot that resets restore.
@@ -160,6 +212,9 @@ class MultiEnvRunner:
         naccdmax: int | None = None,
         nvmax: int | None = None,
         overflow_policy: str = "raise",
+        devices: Any = None,
+        instability_policy: str = "reset",
+        max_qvel: float = health.MAX_QVEL,
     ):
         num_envs = checks.count(num_envs, "num_envs")
         impl = backend.check_impl(impl)
@@ -168,6 +223,11 @@ class MultiEnvRunner:
             raise ValueError(
                 f"overflow_policy must be one of {OVERFLOW_POLICIES}, got {overflow_policy!r}"
             )
+        if instability_policy not in health.POLICIES:
+            raise ValueError(
+                f"instability_policy must be one of {health.POLICIES}, got {instability_policy!r}"
+            )
+        check = health.Check(max_qvel, truncate=instability_policy == "reset")
         device = backend.resolve_device(device)
         mj_model = copy.copy(load_any(model))  # later edits of the caller's model stay there
         backend.check_supported(mj_model, impl)
@@ -189,6 +249,8 @@ class MultiEnvRunner:
         self._graph_mode = graph_mode
         self._caps = caps
         self._overflow_policy = overflow_policy
+        self._instability_policy = instability_policy
+        self._check = check
         self._model = backend.put_model(mj_model, impl, device, graph_mode)
         template = backend.put_data(mj_model, mj_data, impl, device, caps)
 
@@ -200,14 +262,19 @@ class MultiEnvRunner:
         self._build_step_and_reset()
         # Actions are traced; a policy is a function, so it is static (one compile each).
         self._rollout_actions_fn = jax.jit(
-            _rollout_into, static_argnums=(4, 6), donate_argnums=(2,), keep_unused=True
+            _rollout_into, static_argnums=(4, 6, 7, 8), donate_argnums=(2,), keep_unused=True
         )
         self._rollout_policy_fn = jax.jit(
-            _rollout_into, static_argnums=(3, 4, 6), donate_argnums=(2,), keep_unused=True
+            _rollout_into, static_argnums=(3, 4, 6, 7, 8), donate_argnums=(2,), keep_unused=True
         )
         self._set_ctrl_fn = jax.jit(_set_ctrl, donate_argnums=(0,))
         self._set_flags_fn = jax.jit(_set_flags, donate_argnums=(0,))
-        self._contact_count_fn = jax.jit(functools.partial(core.contact_count, num_envs=num_envs))
+        self._contact_count_fn = jax.jit(
+            lambda data, mesh: on_worlds(
+                core.contact_count, mesh, data, out_specs=lambda _: PartitionSpec(AXIS)
+            ),
+            static_argnums=(1,),
+        )
 
         with jax.default_device(device):
             init = jax.jit(core.init, static_argnums=(1, 3))
@@ -219,6 +286,44 @@ class MultiEnvRunner:
         self._layout = "linear"
         self._origins = np.zeros((num_envs, 3))
         self.set_linear_layout(0.0)
+        self._mesh: Mesh | None = None
+        if devices is not None:
+            self.shard(devices)
+
+    # --- devices --------------------------------------------------------------------
+
+    @property
+    def mesh(self) -> Mesh | None:
+        """The ``"worlds"`` mesh the runner is sharded over (None: one device)."""
+        return self._mesh
+
+    def shard(self, devices: Any) -> None:
+        """Splits the worlds across devices (of one or several processes).
+
+        Args:
+          devices: a ``jax.sharding.Mesh`` with the single axis ``"worlds"``, an int
+            (the first n devices), a list of devices, or ``"all"``.
+
+        World-indexed leaves are partitioned along ``"worlds"`` and shared leaves
+        replicated (both from the world-axis rule); every compiled function then
+        runs under ``shard_map``, each device stepping its own worlds without
+        communication. ``num_envs`` must be divisible by the number of devices.
+        With impl "warp" each device keeps its own contact pool of ``naconmax``.
+        """
+        mesh = sharding.make_mesh(devices)
+        sharding.check_divisible(self._num_envs, mesh)
+        self._mesh = mesh
+        self._model = self._put(self._model)
+        self._default_model = self._put(self._default_model)
+        self._state = self._put(self._state)
+        self._scratch = self._put(self._scratch)
+        self._default = self._put(self._default)
+
+    def _put(self, tree: Any) -> Any:
+        """Places a tree like the runner's buffers (one device, or the mesh)."""
+        if self._mesh is None:
+            return jax.device_put(tree, self._device)
+        return sharding.place(tree, self._mesh)
 
     def _build_step_and_reset(self) -> None:
         """Assembles the compiled step and reset for the current randomization."""
@@ -226,18 +331,20 @@ class MultiEnvRunner:
         if rand is not None and rand.every_n_steps:
             step = functools.partial(_step_randomized, rand)
             self._step_fn = jax.jit(
-                step, static_argnums=(5, 6), donate_argnums=(2,), keep_unused=True
+                step, static_argnums=(5, 6, 7, 8), donate_argnums=(2,), keep_unused=True
             )
         else:
             self._step_fn = jax.jit(
-                _step_into, static_argnums=(4, 5), donate_argnums=(2,), keep_unused=True
+                _step_into, static_argnums=(4, 5, 6, 7), donate_argnums=(2,), keep_unused=True
             )
         # Without randomization the module-level function is used, so runners of the
         # same model share one compiled reset.
         reset = _reset_plain if rand is None else functools.partial(_reset, rand)
-        self._reset_fn = jax.jit(reset, donate_argnums=(1,))
+        self._reset_fn = jax.jit(reset, donate_argnums=(1,), static_argnums=(5,))
         self._randomize_fn = (
-            None if rand is None else jax.jit(functools.partial(_randomize_worlds, rand))
+            None
+            if rand is None
+            else jax.jit(functools.partial(_randomize_worlds, rand), static_argnums=(4,))
         )
 
     @staticmethod
@@ -305,17 +412,17 @@ class MultiEnvRunner:
     @property
     def episode_length(self) -> np.ndarray:
         """``(num_envs,)`` int32 NumPy copy of the steps since each world's reset."""
-        return np.array(self._state.episode_length)
+        return host_copy(self._state.episode_length)
 
     @property
     def terminated(self) -> np.ndarray:
         """``(num_envs,)`` bool NumPy copy."""
-        return np.array(self._state.terminated)
+        return host_copy(self._state.terminated)
 
     @property
     def truncated(self) -> np.ndarray:
         """``(num_envs,)`` bool NumPy copy."""
-        return np.array(self._state.truncated)
+        return host_copy(self._state.truncated)
 
     @property
     def env_origins(self) -> np.ndarray:
@@ -340,11 +447,31 @@ class MultiEnvRunner:
     def overflow(self) -> np.ndarray:
         """``(num_envs,)`` int32 NumPy copy: Warp capacity-overflow bits of the last
         step per world (``backend.overflow_names`` decodes them; 0 for impl "jax")."""
-        return np.array(self._state.overflow)
+        return host_copy(self._state.overflow)
+
+    @property
+    def instability_policy(self) -> str:
+        return self._instability_policy
+
+    @property
+    def max_qvel(self) -> float:
+        """The ``|qvel|`` above which a world counts as unstable."""
+        return self._check.max_qvel
+
+    @property
+    def health(self) -> health.Report:
+        """NumPy snapshot of the flags and counters of every world: unstable worlds
+        (last step and counts), Warp overflow (last step and counts) and resets."""
+        return health.Report.from_state(self._state)
 
     def contact_count(self) -> np.ndarray:
         """``(num_envs,)`` NumPy count of active contacts per world (both impls)."""
-        return np.array(self._contact_count_fn(self._state.data))
+        return host_copy(self._contact_count_fn(self._state.data, self._mesh))
+
+    def to_numpy(self, tree: Any) -> Any:
+        """NumPy copies of a tree of the runner's arrays, whole even when they are
+        sharded over devices or processes (every process must call it together)."""
+        return jax.tree.map(host_copy, tree)
 
     def action_dim(self) -> int:
         """Number of controls per world (``nu``)."""
@@ -399,18 +526,29 @@ class MultiEnvRunner:
         """
         substeps = checks.count(substeps, "substeps")
         if dt is not None:
-            dt = np.asarray(checks.real(dt, "dt", positive=True), backend.float_dtype())
+            dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
         truncate = self._overflow_policy == "truncate"
         model = self._model
         if self._randomization is not None and self._randomization.every_n_steps:
             model, new = self._step_fn(
-                model, self._state, self._scratch, self._default_model, dt, substeps, truncate
+                model,
+                self._state,
+                self._scratch,
+                self._default_model,
+                dt,
+                substeps,
+                truncate,
+                self._mesh,
+                self._check,
             )
         else:
-            new = self._step_fn(model, self._state, self._scratch, dt, substeps, truncate)
+            new = self._step_fn(
+                model, self._state, self._scratch, dt, substeps, truncate, self._mesh, self._check
+            )
         self._scratch, self._state = self._state, new
         self._model = model
         self._check_overflow()
+        self._check_health()
 
     def _check_overflow(self) -> None:
         """Applies the overflow policy ``"raise"`` or ``"warn"`` (impl "warp" only).
@@ -420,7 +558,7 @@ class MultiEnvRunner:
         """
         if self._impl != "warp" or self._overflow_policy == "truncate":
             return
-        bits = np.asarray(self._state.overflow)
+        bits = host_copy(self._state.overflow)
         if not bits.any():
             return
         message = backend.describe_overflow(bits, self._caps)
@@ -430,8 +568,37 @@ class MultiEnvRunner:
         # Roll back to the state before the step: the scratch buffer still holds it.
         # The failed step's bits stay readable in ``overflow``.
         self._scratch, self._state = self._state, self._scratch
-        self._state = self._state.replace(overflow=jax.device_put(bits, self._device))
+        self._state = self._put(self._state.replace(overflow=bits))
         raise backend.CapacityOverflowError(message)
+
+    def _check_health(self) -> None:
+        """Applies the instability policy ``"raise"`` or ``"warn"``.
+
+        ``"reset"`` stays on device. The others read the flags and counters back
+        (one small transfer, which waits for the step); the scratch buffer still
+        holds the state before the step, so ``"raise"`` can roll back to it.
+        """
+        if self._instability_policy == "reset":
+            return
+        flags, after, before = jax.device_get(
+            (self._state.unstable, self._state.health.unstable, self._scratch.health.unstable)
+        )
+        # A rollout may have passed through instability and left it: the count tells.
+        bad = np.flatnonzero(flags | (after > before))
+        if not bad.size:
+            return
+        message = health.describe(bad, self._check)
+        if self._instability_policy == "warn":
+            if (after > before).any():  # only new events: a NaN world stays NaN
+                warnings.warn(message, health.InstabilityWarning, stacklevel=3)
+            return
+        # Roll back; the failed step's flags and counts stay readable in ``health``.
+        failed = self._state
+        self._scratch, self._state = failed, self._scratch
+        self._state = self._state.replace(
+            unstable=self._copy(failed.unstable), health=self._copy(failed.health)
+        )
+        raise health.InstabilityError(message)
 
     def rollout(
         self, actions_or_policy: Any, n_steps: int, dt: float | None = None, substeps: int = 1
@@ -454,7 +621,7 @@ class MultiEnvRunner:
         n_steps = checks.count(n_steps, "n_steps")
         substeps = checks.count(substeps, "substeps")
         if dt is not None:
-            dt = np.asarray(checks.real(dt, "dt", positive=True), backend.float_dtype())
+            dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
         if callable(actions_or_policy):
             fn = self._rollout_policy_fn
         else:
@@ -464,10 +631,19 @@ class MultiEnvRunner:
                 actions_or_policy, "actions", shape, backend.float_dtype()
             )
         new, trajectory = fn(
-            self._model, self._state, self._scratch, actions_or_policy, n_steps, dt, substeps
+            self._model,
+            self._state,
+            self._scratch,
+            actions_or_policy,
+            n_steps,
+            dt,
+            substeps,
+            self._mesh,
+            self._check,
         )
         self._scratch, self._state = self._state, new
         self._check_overflow()
+        self._check_health()
         return trajectory
 
     # --- resets -------------------------------------------------------------------
@@ -484,7 +660,7 @@ class MultiEnvRunner:
         if mask is not None:
             mask = checks.bool_vector(mask, "mask", (self._num_envs, self._num_envs + 1))
         self._model, self._state = self._reset_fn(
-            self._model, self._state, self._default_model, self._default, mask
+            self._model, self._state, self._default_model, self._default, mask, self._mesh
         )
 
     def reset_all(self) -> None:
@@ -500,11 +676,61 @@ class MultiEnvRunner:
         self._default = self._cleared(self._state)
         self._default_model = self._model
 
+    # --- checkpoints (see mjxrunner.checkpoint) --------------------------------------
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the whole runner to ``path`` atomically: state, controls, flags,
+        counters, RNG keys, per-world parameters, defaults, randomization, layout,
+        user state, the model (binary, exact) and the backend identity."""
+        checkpoint.save(self, path)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike,
+        *,
+        num_envs: int | None = None,
+        model: Any = None,
+        device: Any = None,
+        user_template: Any = None,
+    ) -> MultiEnvRunner:
+        """A runner rebuilt from a checkpoint; it continues the saved run bit for bit.
+
+        ``num_envs`` and ``model``, when given, are what the caller expects: a
+        checkpoint with another number of worlds or a structurally different
+        model raises ``CheckpointError`` (a ``ValueError``). See
+        :func:`mjxrunner.checkpoint.load`.
+        """
+        return checkpoint.load(
+            path, num_envs=num_envs, model=model, device=device, user_template=user_template
+        )
+
+    def restore(self, path: str | os.PathLike, *, user_template: Any = None) -> None:
+        """Replaces this runner's whole state by a checkpoint's, in place.
+
+        The checkpoint must hold the same ``num_envs`` and a model of the same
+        structure; otherwise ``CheckpointError`` is raised and nothing changes.
+        """
+        new = checkpoint.load(
+            path,
+            num_envs=self._num_envs,
+            model=self._mj_model,
+            device=self._device,
+            user_template=user_template,
+        )
+        if new.impl != self._impl:
+            raise checkpoint.CheckpointError(
+                f"checkpoint holds an impl {new.impl!r} runner, this one is {self._impl!r}"
+            )
+        if self._mesh is not None:
+            new.shard(self._mesh)
+        self.__dict__.update(new.__dict__)
+
     # --- per-world parameters and randomization ------------------------------------
 
     def param(self, path: str) -> np.ndarray:
         """NumPy copy of model field ``path``: core shape, or ``(num_envs, *core)``."""
-        return np.array(params.get_leaf(self._model, path))
+        return host_copy(params.get_leaf(self._model, path))
 
     def set_param(self, path: str, values: Any, env_ids: Any = None) -> None:
         """Sets a model field for all worlds, or per world.
@@ -548,7 +774,7 @@ class MultiEnvRunner:
             new = new.copy()
             new[ids] = vals
         params.check_values(path, new)
-        model = self._model.tree_replace({path: jax.device_put(new, self._device)})
+        model = self._put(self._model.tree_replace({path: new}))
         if path in params.MASS_FIELDS:
             model = self._recompute(model)
         self._model = model
@@ -604,8 +830,8 @@ class MultiEnvRunner:
             core = leaf.shape[leaf.ndim - params.get_leaf(core_ndims(self._model), path) :]
             arr = checks.finite_array(value, f"value for {path!r}", core, leaf.dtype)
             params.check_values(path, arr)
-            updates[path] = jax.device_put(arr, self._device)
-        model = self._model.tree_replace(updates)
+            updates[path] = arr
+        model = self._put(self._model.tree_replace(updates))
         if set(updates) & params.MASS_FIELDS:
             model = self._recompute(model)
         self._model = model
@@ -672,7 +898,7 @@ class MultiEnvRunner:
             raise ValueError("no randomization declared: call set_randomization(terms) first")
         mask = checks.ids_mask(env_ids, self._num_envs)
         self._model, self._state = self._randomize_fn(
-            self._model, self._default_model, self._state, mask
+            self._model, self._default_model, self._state, mask, self._mesh
         )
 
     # --- user state -----------------------------------------------------------------
@@ -690,7 +916,7 @@ class MultiEnvRunner:
         dicts of arrays) are shared. It follows resets by the world-axis rule and
         becomes part of the default snapshot now.
         """
-        tree = jax.device_put(tree, self._device)
+        tree = self._put(tree)
         for leaf, is_world in zip(
             jax.tree.leaves(tree), jax.tree.leaves(world_mask(tree)), strict=True
         ):
@@ -719,14 +945,14 @@ class MultiEnvRunner:
 
     def set_linear_layout(self, spacing: float) -> None:
         """Places world ``i`` at ``(i * spacing, 0, 0)``."""
-        spacing = checks.real(spacing, "spacing")
+        spacing = checks.spacing(spacing, self._num_envs)
         self._origins = np.zeros((self._num_envs, 3))
         self._origins[:, 0] = np.arange(self._num_envs) * spacing
         self._layout = "linear"
 
     def set_grid_layout(self, spacing: float, columns: int = 0) -> None:
         """Places worlds row by row on a grid, ``columns`` per row (0: near square)."""
-        spacing = checks.real(spacing, "spacing")
+        spacing = checks.spacing(spacing, self._num_envs)
         columns = checks.count(columns, "columns", minimum=0)
         columns = columns or math.ceil(math.sqrt(self._num_envs))
         i = np.arange(self._num_envs)

@@ -5,6 +5,12 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# Two host devices, so the sharding tests run on this CPU; single-device runners use
+# the first one and are unaffected.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    ).strip()
 CACHE = Path(os.environ.get("MJXRUNNER_CACHE", Path.home() / ".cache" / "mjxrunner"))
 
 import jax  # noqa: E402

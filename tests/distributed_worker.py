@@ -1,0 +1,30 @@
+"""One process of the two-process test in test_sharding.py (run as a script).
+
+Usage: python distributed_worker.py PROCESS_ID PORT OUT.npz
+"""
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = ""  # one CPU device per process
+
+import jax
+import numpy as np
+
+process_id, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+if os.environ.get("MJXRUNNER_JAX_CACHE"):  # the suite's persistent compilation cache
+    jax.config.update("jax_compilation_cache_dir", os.environ["MJXRUNNER_JAX_CACHE"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
+
+from sharded_script import run  # noqa: E402
+
+from mjxrunner import MultiEnvRunner  # noqa: E402
+
+assert jax.device_count() == 2 and jax.local_device_count() == 1
+runner = MultiEnvRunner("cartpole", 4, seed=7, devices="all")
+results = run(runner)
+if process_id == 0:
+    np.savez(out, **{f"r{i}": r for i, r in enumerate(results)})
+jax.distributed.shutdown()
