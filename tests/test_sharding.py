@@ -92,6 +92,7 @@ def test_two_processes_match_one(unsharded, tmp_path):
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        "MJXRUNNER_JAX_CACHE": jax.config.jax_compilation_cache_dir or "",
     }
     procs = [
         subprocess.Popen(
