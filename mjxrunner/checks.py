@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -21,7 +22,12 @@ def real(value: Any, name: str, positive: bool = False) -> float:
     """A finite real scalar (bools refused), optionally > 0."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond float64
+        raise ValueError(
+            f"{name} must be finite, got an int of {value.bit_length()} bits"
+        ) from None
     if not np.isfinite(value) or (positive and value <= 0):
         raise ValueError(f"{name} must be finite{' and > 0' if positive else ''}, got {value}")
     return value
@@ -50,7 +56,7 @@ def env_ids(value: Any, num_envs: int) -> np.ndarray:
     ids = _array(value, "env_ids")
     if ids.size == 0:
         return np.zeros((0,), np.int64)
-    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
+    if ids.dtype.kind not in "iu":  # not bool, and not timedelta (a NumPy "integer")
         raise TypeError(f"env_ids must be integers, got dtype {ids.dtype}")
     if ids.ndim != 1:
         raise ValueError(f"env_ids must be 1-D, got shape {ids.shape}")
@@ -60,6 +66,15 @@ def env_ids(value: Any, num_envs: int) -> np.ndarray:
     if np.unique(ids).size != ids.size:
         raise ValueError(f"env_ids must be unique, got duplicates in {ids.tolist()}")
     return ids.astype(np.int64)
+
+
+def env_id(value: Any, num_envs: int, name: str = "env_id") -> int:
+    """One world index: an int in ``[0, num_envs)`` (bools refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be one int world index, got {type(value).__name__}")
+    if not 0 <= value < num_envs:
+        raise ValueError(f"{name} must lie in [0, {num_envs}), got {value}")
+    return int(value)
 
 
 def ids_mask(value: Any, num_envs: int) -> np.ndarray:
@@ -86,9 +101,7 @@ def bool_vector(value: Any, name: str, sizes: tuple[int, ...]) -> np.ndarray:
 def finite_array(value: Any, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A real array of exactly ``shape``, all finite, cast to ``dtype``."""
     arr = _array(value, name)
-    if arr.dtype == bool or not (
-        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-    ):
+    if arr.dtype.kind not in "iuf":  # refuses bool, complex, timedelta, strings
         raise TypeError(f"{name} must be real numbers, got dtype {arr.dtype}")
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
@@ -99,3 +112,27 @@ def finite_array(value: Any, name: str, shape: tuple[int, ...], dtype: np.dtype)
     if arr.size and np.abs(arr).max() > limit:
         raise ValueError(f"{name} overflows {np.dtype(dtype).name} (|x| > {limit:.3g})")
     return arr.astype(dtype)
+
+
+def positive_scalar(value: Any, name: str, dtype: np.dtype) -> np.ndarray:
+    """A real ``value > 0`` that stays finite and > 0 once cast to ``dtype``."""
+    value = real(value, name, positive=True)
+    cast = np.asarray(value, dtype)
+    if not np.isfinite(cast) or cast <= 0:
+        info = np.finfo(dtype)
+        raise ValueError(
+            f"{name} must lie in [{info.tiny:.3g}, {info.max:.3g}] to fit "
+            f"{np.dtype(dtype).name}, got {value:g}"
+        )
+    return cast
+
+
+def spacing(value: Any, num_envs: int) -> float:
+    """A finite layout spacing whose farthest world origin is finite too."""
+    value = real(value, "spacing")
+    if not math.isfinite(abs(value) * max(num_envs - 1, 1)):
+        raise ValueError(
+            f"spacing must keep every world origin finite; {value:g} x {num_envs - 1} "
+            "overflows float64"
+        )
+    return value
