@@ -857,9 +857,8 @@ class MultiEnvRunner:
         if world is None:
             self.set_param("opt.gravity", g)
         else:
-            self.set_param(
-                "opt.gravity", g[None], env_ids=[checks.env_ids(world, self._num_envs)[0]]
-            )
+            world = checks.env_id(world, self._num_envs, "world (env_ids)")
+            self.set_param("opt.gravity", g[None], env_ids=[world])
 
     def set_randomization(
         self,
@@ -933,8 +932,7 @@ class MultiEnvRunner:
 
     def env_origin(self, i: int) -> np.ndarray:
         """``(3,)`` display origin of world ``i``."""
-        (i,) = checks.env_ids(i, self._num_envs)
-        return self._origins[i].copy()
+        return self._origins[checks.env_id(i, self._num_envs)].copy()
 
     def set_env_origins(self, origins: Any) -> None:
         """Sets custom ``(num_envs, 3)`` display origins."""
@@ -954,12 +952,29 @@ class MultiEnvRunner:
         """Places worlds row by row on a grid, ``columns`` per row (0: near square)."""
         spacing = checks.spacing(spacing, self._num_envs)
         columns = checks.count(columns, "columns", minimum=0)
-        columns = columns or math.ceil(math.sqrt(self._num_envs))
+        # more columns than worlds is one row: clamping keeps huge ints out of NumPy
+        columns = min(columns or math.ceil(math.sqrt(self._num_envs)), self._num_envs)
         i = np.arange(self._num_envs)
         self._origins = np.zeros((self._num_envs, 3))
         self._origins[:, 0] = (i % columns) * spacing
         self._origins[:, 1] = (i // columns) * spacing
         self._layout = "grid"
+
+    # --- rendering (mjxrunner.render; copies one world to the host, never the batch) ---
+
+    def render(
+        self, world: int = 0, camera: Any = None, width: int = 320, height: int = 240
+    ) -> np.ndarray:
+        """``(height, width, 3)`` uint8 picture of one world; see :func:`render.render`."""
+        from mjxrunner import render
+
+        return render.render(self, world, camera, width, height)
+
+    def render_video(self, worlds: Any = (0,), n_steps: int = 100, **kwargs: Any) -> np.ndarray:
+        """Steps and films worlds side by side; see :func:`render.render_video`."""
+        from mjxrunner import render
+
+        return render.render_video(self, worlds, n_steps, **kwargs)
 
     def __repr__(self) -> str:
         return (
