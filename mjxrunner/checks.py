@@ -117,7 +117,8 @@ def finite_array(value: Any, name: str, shape: tuple[int, ...], dtype: np.dtype)
 def positive_scalar(value: Any, name: str, dtype: np.dtype) -> np.ndarray:
     """A real ``value > 0`` that stays finite and > 0 once cast to ``dtype``."""
     value = real(value, name, positive=True)
-    cast = np.asarray(value, dtype)
+    with np.errstate(over="ignore"):  # an overflow is reported below
+        cast = np.asarray(value, dtype)
     if not np.isfinite(cast) or cast <= 0:
         info = np.finfo(dtype)
         raise ValueError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import mujoco
@@ -155,9 +156,14 @@ def load(name: str) -> mujoco.MjModel:
 def load_any(source: mujoco.MjModel | str | os.PathLike) -> mujoco.MjModel:
     """An ``MjModel`` from a model, a registry name, an MJCF/MJB path or MJCF text.
 
+    ``<include file=...>`` paths resolve relative to the directory of the model
+    file (MuJoCo's rule, also for includes inside included files), never the working
+    directory. MJCF text has no file, so its includes must be absolute paths.
+
     Raises:
       TypeError: ``source`` is none of these kinds.
-      ValueError: the name is unknown, the file is missing, or MuJoCo rejects it.
+      ValueError: the name is unknown, the file is missing, MJCF text includes a
+        relative path, or MuJoCo rejects the model.
     """
     if isinstance(source, mujoco.MjModel):
         return source
@@ -167,13 +173,15 @@ def load_any(source: mujoco.MjModel | str | os.PathLike) -> mujoco.MjModel:
             f"got {type(source).__name__}"
         )
     text = os.fspath(source)
+    if isinstance(source, str) and text.lstrip().startswith("<"):
+        _check_text_includes(text)
     try:
         if isinstance(source, str) and text.lstrip().startswith("<"):
             return mujoco.MjModel.from_xml_string(text)
         if isinstance(source, str) and text in list():
             return load(text)
         file = Path(text)
-        if not file.is_file():
+        if not _is_file(file):
             raise ValueError(
                 f"model {text!r} is neither a file nor a known name; known models: "
                 f"{', '.join(list())}"
@@ -185,3 +193,34 @@ def load_any(source: mujoco.MjModel | str | os.PathLike) -> mujoco.MjModel:
         if "known models" in str(e):
             raise
         raise ValueError(f"MuJoCo could not load model {text[:200]!r}: {e}") from e
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file we can read
+        return False
+
+
+def _check_text_includes(text: str, depth: int = 0) -> None:
+    """Refuses relative ``<include>`` paths in MJCF text.
+
+    MuJoCo resolves them against the working directory when the model comes from a
+    string, so the same text would load different files in different places. Files
+    included by absolute path are checked too: their relative includes resolve
+    against the main model's directory, which text does not have.
+    """
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError:
+        return  # MuJoCo reports the XML error itself
+    for node in root.iter("include"):
+        name = node.get("file", "")
+        if not os.path.isabs(name):
+            raise ValueError(
+                f"MJCF text includes {name!r} by a relative path, which MuJoCo would "
+                "resolve against the working directory; save the text to a file next to "
+                "its includes and pass that path, or include absolute paths"
+            )
+        if depth < 8 and _is_file(Path(name)):
+            _check_text_includes(Path(name).read_text(errors="replace"), depth + 1)
