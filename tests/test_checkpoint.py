@@ -1,0 +1,238 @@
+"""Checkpoints: exact continuation, atomic writes, corrupt files, mismatches."""
+
+import json
+import os
+import zipfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mjxrunner import MultiEnvRunner, checkpoint, pytree_dataclass, world_field
+from mjxrunner.checkpoint import CheckpointError
+from mjxrunner.params import Term
+
+N = 4
+
+
+@pytree_dataclass
+class Tally:
+    """A custom per-world user leaf: needs a template to load."""
+
+    hits: jax.Array = world_field(0)
+
+
+def actions(t: int, nu: int) -> np.ndarray:
+    """Deterministic controls for step ``t``."""
+    return np.sin(np.arange(N * nu, dtype=np.float32).reshape(N, nu) + 0.3 * t)
+
+
+def drive(r: MultiEnvRunner, start: int, steps: int) -> None:
+    """Steps with controls, resets and a rollout: the same calls give the same run."""
+    for t in range(start, start + steps):
+        r.set_actions(actions(t, r.action_dim()))
+        r.step()
+        if t % 3 == 2:
+            r.reset_envs([t % N])  # redraws that world's randomized parameters
+    r.rollout(np.stack([actions(t, r.action_dim()) for t in range(2)]), 2)
+
+
+def everything(r: MultiEnvRunner) -> list:
+    trees = (r.state, r._default, r.model, r._default_model)
+    return [np.asarray(x) for x in jax.tree.leaves(trees)] + [r.env_origins, r.layout]
+
+
+def assert_same(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture(scope="module")
+def runner(slider3):
+    """A runner with something in every part of its state."""
+    r = MultiEnvRunner(slider3, N, seed=5, max_qvel=1e6)
+    r.set_param("body_mass", [0.0, 1.0, 2.0, 3.0], env_ids=[2])  # per world, derived rebuilt
+    r.set_gravity([0, 0, -3.0], world=1)
+    r.set_randomization(
+        [Term("dof_damping", 0.5, 2.0, operation="set", index=(1,))], every_n_steps=4
+    )
+    r.set_user_state({"goal": jnp.arange(3.0), "seen": [jnp.zeros(2, jnp.int32)]})
+    r.set_grid_layout(2.5, columns=2)
+    drive(r, 0, 5)
+    return r
+
+
+def test_restored_runner_continues_bit_for_bit(runner, tmp_path):
+    path = tmp_path / "run.ckpt"
+    runner.save(path)
+    saved = everything(runner)
+    header, _ = checkpoint.read(path)
+    assert header["num_envs"] == N and header["backend"]["impl"] == "jax"
+    assert header["randomization"]["every_n_steps"] == 4
+
+    loaded = MultiEnvRunner.load(path)
+    assert_same(saved, everything(loaded))
+    np.testing.assert_array_equal(loaded.health.reset_count, runner.health.reset_count)
+    assert loaded.max_qvel == 1e6 and loaded.instability_policy == "reset"
+    assert loaded.model.signature == runner.model.signature != 0  # binary bytes drop it
+
+    drive(runner, 5, 7)
+    drive(loaded, 5, 7)
+    assert_same(everything(runner), everything(loaded))
+    assert loaded.param("dof_damping").shape == (N, 3)  # randomized per world, kept so
+    assert loaded.user_state["goal"].shape == (3,)
+
+
+def test_restore_in_place_and_its_refusals(runner, tmp_path, slider3):
+    path = tmp_path / "a.ckpt"
+    runner.save(path)
+    saved = everything(runner)
+    other = MultiEnvRunner(slider3, N, seed=99)
+    other.restore(path)
+    assert_same(saved, everything(other))
+
+    small = MultiEnvRunner(slider3, 2)
+    before = everything(small)
+    with pytest.raises(CheckpointError, match="num_envs=4, expected num_envs=2"):
+        small.restore(path)
+    assert_same(before, everything(small))
+    with pytest.raises(CheckpointError, match="num_envs=4, expected num_envs=8"):
+        MultiEnvRunner.load(path, num_envs=8)
+    with pytest.raises(CheckpointError, match=r"structurally different.*nq 3 != 1"):
+        MultiEnvRunner.load(path, model="pendulum")
+    pendulum = MultiEnvRunner("pendulum", N)
+    before = everything(pendulum)
+    with pytest.raises(CheckpointError, match="structurally different"):
+        pendulum.restore(path)
+    assert_same(before, everything(pendulum))
+
+
+def test_custom_user_state_needs_a_template(slider3, tmp_path):
+    r = MultiEnvRunner(slider3, N)
+    r.set_user_state(Tally(hits=jnp.arange(N)))
+    r.save(tmp_path / "t.ckpt")
+    with pytest.raises(CheckpointError, match="user_template"):
+        MultiEnvRunner.load(tmp_path / "t.ckpt")
+    loaded = MultiEnvRunner.load(tmp_path / "t.ckpt", user_template=Tally(jnp.zeros(N, int)))
+    assert isinstance(loaded.user_state, Tally)
+    np.testing.assert_array_equal(loaded.user_state.hits, np.arange(N))
+    with pytest.raises(
+        CheckpointError, match=r"user\.hits is int32\[4\], this runner needs int32\[3\]"
+    ):
+        MultiEnvRunner.load(tmp_path / "t.ckpt", user_template=Tally(jnp.zeros(3, int)))
+
+
+# --- bad files ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def good(runner, tmp_path_factory):
+    path = tmp_path_factory.mktemp("ckpt") / "good.ckpt"
+    runner.save(path)
+    return path
+
+
+def test_truncated_and_corrupt_files_are_refused(good, tmp_path):
+    raw = good.read_bytes()
+    for cut in (0, 20, len(raw) // 3, len(raw) - 10):
+        (tmp_path / "cut").write_bytes(raw[:cut])
+        with pytest.raises(CheckpointError, match="truncated or corrupt"):
+            MultiEnvRunner.load(tmp_path / "cut")
+    rng = np.random.default_rng(0)
+    for _ in range(5):  # a flipped byte: zip CRC, header or checksum catches it
+        bad = bytearray(raw)
+        bad[int(rng.integers(len(raw)))] ^= 0x55
+        (tmp_path / "flip").write_bytes(bytes(bad))
+        with pytest.raises(CheckpointError):
+            MultiEnvRunner.load(tmp_path / "flip")
+    (tmp_path / "junk").write_bytes(os.urandom(4096))
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        MultiEnvRunner.load(tmp_path / "junk")
+    np.savez(tmp_path / "plain.npz", x=np.zeros(3))
+    with pytest.raises(CheckpointError, match="no checkpoint header"):
+        MultiEnvRunner.load(tmp_path / "plain.npz")
+    with pytest.raises(FileNotFoundError, match="no checkpoint file"):
+        MultiEnvRunner.load(tmp_path / "missing.ckpt")
+
+
+def rewrite(src, dst, change):
+    """A copy of checkpoint ``src`` with ``change(header, arrays)`` applied and a
+    valid checksum: a well-formed file whose content is wrong."""
+    header, arrays = checkpoint.read(src)
+    change(header, arrays)
+    header["arrays"] = {
+        n: {"dtype": a.dtype.str, "shape": list(a.shape)} for n, a in arrays.items()
+    }
+    header["sha256"] = checkpoint._checksum(arrays)
+    arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    with open(dst, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def test_well_formed_but_wrong_content_is_refused(good, tmp_path):
+    def tamper(header, arrays):
+        arrays["state/.data.qpos"] = arrays["state/.data.qpos"] + 1  # checksum not updated
+
+    header, arrays = checkpoint.read(good)
+    tamper(header, arrays)
+    arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    with open(tmp_path / "t", "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(CheckpointError, match="checksum"):
+        MultiEnvRunner.load(tmp_path / "t")
+
+    def to_f64(header, arrays):
+        arrays["state/.data.qvel"] = arrays["state/.data.qvel"].astype(np.float64)
+
+    rewrite(good, tmp_path / "f64", to_f64)
+    with pytest.raises(CheckpointError, match=r"qvel is float64.*jax_enable_x64"):
+        MultiEnvRunner.load(tmp_path / "f64")
+
+    def drop(header, arrays):
+        del arrays["default/.data.qacc"]
+
+    rewrite(good, tmp_path / "drop", drop)
+    with pytest.raises(CheckpointError, match=r"default does not fit.*missing \['.data.qacc'\]"):
+        MultiEnvRunner.load(tmp_path / "drop")
+    header, arrays = checkpoint.read(good)
+    del arrays["state/.ctrl"]  # the index still lists it
+    arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    with open(tmp_path / "short", "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(CheckpointError, match=r"incomplete or altered: missing \['state/.ctrl'\]"):
+        MultiEnvRunner.load(tmp_path / "short")
+
+    def version(header, arrays):
+        header["version"] = 99
+
+    rewrite(good, tmp_path / "v99", version)
+    with pytest.raises(CheckpointError, match="version 99"):
+        MultiEnvRunner.load(tmp_path / "v99")
+
+    def other_versions(header, arrays):
+        header["backend"]["versions"]["mujoco"] = "0.0.1"
+
+    rewrite(good, tmp_path / "old", other_versions)
+    with pytest.warns(checkpoint.CheckpointWarning, match="mujoco 0.0.1"):
+        MultiEnvRunner.load(tmp_path / "old")
+
+
+def test_save_is_atomic(runner, good, tmp_path, monkeypatch):
+    target = tmp_path / "keep.ckpt"
+    target.write_bytes(good.read_bytes())
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint.np, "savez", fail)
+    with pytest.raises(OSError, match="disk full"):
+        runner.save(target)
+    monkeypatch.undo()
+    assert target.read_bytes() == good.read_bytes()  # the old file is whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.ckpt"]  # no temp left
+    with zipfile.ZipFile(target) as z:
+        assert "__header__.npy" in z.namelist()
+    with pytest.raises(ValueError, match="directory"):
+        runner.save(tmp_path / "no" / "such" / "dir.ckpt")
