@@ -7,6 +7,8 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_readme_python_blocks_run():
+    # ```python blocks run here in order; ```py blocks show multi-host code that needs
+    # several processes and is exercised by test_sharding.py instead.
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     assert len(blocks) >= 2
     namespace: dict = {}
