@@ -235,6 +235,8 @@ class WorldRenderer:
         camera: int | str | mujoco.MjvCamera | None = None,
         width: int = 640,
         height: int = 480,
+        azimuth: float = 90.0,
+        elevation: float = -15.0,
     ) -> np.ndarray:
         """Several worlds drawn into one scene, world ``k`` shifted by ``origins[k]``.
 
@@ -250,11 +252,16 @@ class WorldRenderer:
           camera: as in :meth:`frame`, but None frames all worlds.
           width: image width in pixels.
           height: image height in pixels.
+          azimuth: direction of the framing free camera, in degrees (90 looks
+            along +y, so worlds laid out along x stand side by side).
+          elevation: its tilt, in degrees (negative looks down).
 
         Returns:
           ``(height, width, 3)`` uint8.
         """
         width, height = _check_size(width, height)
+        azimuth = checks.real(azimuth, "azimuth")
+        elevation = checks.real(elevation, "elevation")
         worlds = [self._check_world(data, w) for w in worlds]
         if not worlds:
             raise ValueError("worlds must name at least one world")
@@ -282,7 +289,7 @@ class WorldRenderer:
                 elif k:
                     g.rgba[3] = 0.0  # one floor (the first world's) is drawn, under the middle
         if free:
-            self._frame_all(scene, width / height)
+            self._frame_all(scene, width / height, azimuth, elevation)
         else:  # a model camera sees the first world as it would alone
             for cam in scene.camera:
                 cam.pos[:] += offsets[0]
@@ -290,28 +297,39 @@ class WorldRenderer:
                 light.pos[:] += offsets[0]
         return renderer.render().copy()
 
-    def _frame_all(self, scene: mujoco.MjvScene, aspect: float) -> None:
-        """Points the scene's camera, from the front and a little above, at the
+    def _frame_all(
+        self, scene: mujoco.MjvScene, aspect: float, azimuth: float, elevation: float
+    ) -> None:
+        """Aims the scene's camera along ``azimuth``/``elevation`` (degrees) at the
         bounding box of its solid geoms, from just far enough to see all of it."""
-        solid = [
-            g
+        boxes = [
+            _half_extents(g)
             for g in scene.geoms[: scene.ngeom]
             if g.type != mujoco.mjtGeom.mjGEOM_PLANE
             and not g.category & mujoco.mjtCatBit.mjCAT_DECOR
             and g.rgba[3] > 0
         ]
-        if not solid:
+        if not boxes:
             return
-        pos = np.array([g.pos for g in solid])
-        radius = np.array([max(float(g.modelrbound), 0.02) for g in solid])[:, None]
-        low, high = (pos - radius).min(axis=0), (pos + radius).max(axis=0)
-        half = (high - low) / 2
+        low = np.min([centre - half for centre, half in boxes], axis=0)
+        high = np.max([centre + half for centre, half in boxes], axis=0)
+        centre = (low + high) / 2
+        az, el = math.radians(azimuth), math.radians(elevation)
+        forward = np.array([math.cos(el) * math.cos(az), math.cos(el) * math.sin(az), math.sin(el)])
+        right = np.array([math.sin(az), -math.cos(az), 0.0])
+        up = np.cross(right, forward)
+        corners = centre + (
+            np.array(np.meshgrid(*[[-1, 1]] * 3)).reshape(3, -1).T * (high - centre)
+        )
+        rel = corners - centre
         tan_v = math.tan(math.radians(self._m.vis.global_.fovy) / 2)
         cam = mujoco.MjvCamera()
         mujoco.mjv_defaultFreeCamera(self._m, cam)
-        cam.lookat[:] = (low + high) / 2
-        cam.distance = half[1] + 1.1 * max(half[0] / (tan_v * aspect), half[2] / tan_v)
-        cam.azimuth, cam.elevation = 90.0, -15.0
+        cam.lookat[:] = centre
+        cam.distance = np.abs(rel @ forward).max() + 1.1 * max(
+            np.abs(rel @ right).max() / (tan_v * aspect), np.abs(rel @ up).max() / tan_v
+        )
+        cam.azimuth, cam.elevation = azimuth, elevation
         mujoco.mjv_updateCamera(self._m, self._d, cam, scene)
 
     def world_width(self, model: mjx.Model, data: mjx.Data, world: int = 0) -> float:
@@ -333,6 +351,22 @@ class WorldRenderer:
     def close(self) -> None:
         """Frees the OpenGL contexts (also done when the renderer is collected)."""
         _close_all(self._renderers)
+
+
+def _half_extents(g: mujoco.MjvGeom) -> tuple[np.ndarray, np.ndarray]:
+    """``(centre, half extents)`` of a drawn geom's axis-aligned bounding box."""
+    r, _, h = (float(x) for x in g.size)
+    local = {
+        mujoco.mjtGeom.mjGEOM_SPHERE: (r, r, r),
+        mujoco.mjtGeom.mjGEOM_CAPSULE: (r, r, h + r),
+        mujoco.mjtGeom.mjGEOM_CYLINDER: (r, r, h),
+        mujoco.mjtGeom.mjGEOM_BOX: tuple(g.size),
+        mujoco.mjtGeom.mjGEOM_ELLIPSOID: tuple(g.size),
+    }.get(g.type)
+    if local is None:  # meshes and the rest: their bounding sphere
+        return np.array(g.pos, float), np.full(3, float(g.modelrbound))
+    rotation = np.asarray(g.mat, float).reshape(3, 3)
+    return np.array(g.pos, float), np.abs(rotation) @ np.asarray(local, float)
 
 
 def _close_all(renderers: dict[tuple[int, int], mujoco.Renderer]) -> None:

@@ -237,3 +237,16 @@ def test_reacher_fingertip_matches_the_scene_and_targets_vary():
     action = jnp.zeros((2,), jnp.float32)
     assert task.reward(mx, dx, action, on_target) > task.reward(mx, dx, action, dx)
     assert float(task.reward(mx, dx, action, on_target)) == pytest.approx(0.0, abs=1e-6)
+
+
+# --- documentation ------------------------------------------------------------------------
+
+
+def test_readme_lists_every_scene_with_its_thumbnail():
+    root = models.path("cartpole").parents[1]
+    readme = (root / "README.md").read_text()
+    for name in SCENES:
+        image = root / "docs" / "images" / f"{name}.png"
+        assert f"![{name}](docs/images/{name}.png)" in readme
+        assert image.is_file() and image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert models.info(name).summary in readme
