@@ -68,6 +68,7 @@ def save(runner: MultiEnvRunner, path: str | os.PathLike) -> Path:
       runner: the runner.
       path: the file to write (any name; ``.npz`` is customary). Its directory
         must exist. An existing file is replaced only once the new one is complete.
+        In a multi-process run every process must call it; process 0 writes.
 
     Returns:
       The path written.
@@ -88,7 +89,7 @@ def save(runner: MultiEnvRunner, path: str | os.PathLike) -> Path:
         "model": runner._model,
         "default_model": runner._default_model,
     }
-    host = jax.device_get(trees)
+    host = runner.to_numpy(trees)  # gathers shards, also from other processes
     for part in PARTS:
         for key, leaf in _flatten(host[part]):
             arrays[f"{part}/{key}"] = np.asarray(leaf)
@@ -127,6 +128,8 @@ def save(runner: MultiEnvRunner, path: str | os.PathLike) -> Path:
         "sha256": _checksum(arrays),
     }
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    if jax.process_index() != 0:  # every process gathered; one writes
+        return path
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -273,6 +276,7 @@ def load(
     num_envs: int | None = None,
     model: Any = None,
     device: Any = None,
+    devices: Any = None,
     user_template: Any = None,
 ) -> MultiEnvRunner:
     """Builds a runner from a checkpoint; stepping it continues the saved run
@@ -286,6 +290,8 @@ def load(
         expects; a checkpoint of a structurally different model (sizes, joint or
         geom types, ...) is refused. Parameter values come from the checkpoint.
       device: where to put the runner (None: JAX's default device).
+      devices: devices to shard the worlds over (see ``MultiEnvRunner.shard``); the
+        checkpoint does not depend on how the saving runner was sharded.
       user_template: a tree shaped like the saved user state, needed only when
         that state has node types other than dict/list/tuple (e.g. dataclasses).
 
@@ -321,6 +327,7 @@ def load(
         overflow_policy=header["overflow_policy"],
         instability_policy=header["instability_policy"],
         max_qvel=header["max_qvel"],
+        devices=devices,
         **caps,
     )
     user = _user_tree(header["user"], user_template)

@@ -25,6 +25,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
+from mjxrunner.sharding import host_copy
 from mjxrunner.worlds import pytree_dataclass, world_field
 
 MAX_QVEL = float(mujoco.mjMAXVAL)
@@ -160,14 +161,14 @@ class Report:
 
     @classmethod
     def from_state(cls, state: Any) -> Report:
-        """One host transfer of the state's flags and counters."""
-        flag, counts, overflow = jax.device_get((state.unstable, state.health, state.overflow))
+        """Host copies of the state's flags and counters (gathered if sharded)."""
+        counts = state.health
         return cls(
-            unstable=np.array(flag, bool),
-            unstable_count=np.array(counts.unstable),
-            overflow=np.array(overflow),
-            overflow_count=np.array(counts.overflow),
-            reset_count=np.array(counts.resets),
+            unstable=host_copy(state.unstable).astype(bool),
+            unstable_count=host_copy(counts.unstable),
+            overflow=host_copy(state.overflow),
+            overflow_count=host_copy(counts.overflow),
+            reset_count=host_copy(counts.resets),
         )
 
     def totals(self) -> dict[str, int]:

@@ -580,8 +580,9 @@ class MultiEnvRunner:
         """
         if self._instability_policy == "reset":
             return
-        flags, after, before = jax.device_get(
-            (self._state.unstable, self._state.health.unstable, self._scratch.health.unstable)
+        state, previous = self._state, self._scratch
+        flags, after, before = (
+            host_copy(x) for x in (state.unstable, state.health.unstable, previous.health.unstable)
         )
         # A rollout may have passed through instability and left it: the count tells.
         bad = np.flatnonzero(flags | (after > before))
@@ -692,6 +693,7 @@ class MultiEnvRunner:
         num_envs: int | None = None,
         model: Any = None,
         device: Any = None,
+        devices: Any = None,
         user_template: Any = None,
     ) -> MultiEnvRunner:
         """A runner rebuilt from a checkpoint; it continues the saved run bit for bit.
@@ -702,7 +704,12 @@ class MultiEnvRunner:
         :func:`mjxrunner.checkpoint.load`.
         """
         return checkpoint.load(
-            path, num_envs=num_envs, model=model, device=device, user_template=user_template
+            path,
+            num_envs=num_envs,
+            model=model,
+            device=device,
+            devices=devices,
+            user_template=user_template,
         )
 
     def restore(self, path: str | os.PathLike, *, user_template: Any = None) -> None:
@@ -716,14 +723,13 @@ class MultiEnvRunner:
             num_envs=self._num_envs,
             model=self._mj_model,
             device=self._device,
+            devices=self._mesh,
             user_template=user_template,
         )
         if new.impl != self._impl:
             raise checkpoint.CheckpointError(
                 f"checkpoint holds an impl {new.impl!r} runner, this one is {self._impl!r}"
             )
-        if self._mesh is not None:
-            new.shard(self._mesh)
         self.__dict__.update(new.__dict__)
 
     # --- per-world parameters and randomization ------------------------------------

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec
 
 from mjxrunner import MultiEnvRunner, checkpoint, pytree_dataclass, world_field
 from mjxrunner.checkpoint import CheckpointError
@@ -236,3 +237,19 @@ def test_save_is_atomic(runner, good, tmp_path, monkeypatch):
         assert "__header__.npy" in z.namelist()
     with pytest.raises(ValueError, match="directory"):
         runner.save(tmp_path / "no" / "such" / "dir.ckpt")
+
+
+def test_sharded_runner_round_trip(slider3, tmp_path):
+    r = MultiEnvRunner(slider3, N, seed=2, devices=2)
+    r.set_actions(actions(0, 3))
+    r.step()
+    r.save(tmp_path / "s.ckpt")
+    single = MultiEnvRunner.load(tmp_path / "s.ckpt")  # the file does not know the mesh
+    assert single.mesh is None
+    assert_same(everything(r), everything(single))
+    again = MultiEnvRunner.load(tmp_path / "s.ckpt", devices=2)
+    assert again.data.qpos.sharding.spec == PartitionSpec("worlds")
+    for x in (r, again):
+        x.set_actions(actions(1, 3))
+        x.step()
+    assert_same(everything(r), everything(again))
