@@ -1,6 +1,6 @@
 """mjxrunner: thousands of MuJoCo worlds in parallel on MJX, for reinforcement learning."""
 
-from mjxrunner import core, models
+from mjxrunner import checkpoint, core, health, models
 from mjxrunner.backend import CompileCounter, backend_info
 from mjxrunner.runner import MultiEnvRunner
 from mjxrunner.state import RunnerState
@@ -21,8 +21,10 @@ __all__ = [
     "MultiEnvRunner",
     "RunnerState",
     "backend_info",
+    "checkpoint",
     "core",
     "core_ndims",
+    "health",
     "models",
     "pytree_dataclass",
     "select_worlds",
