@@ -24,7 +24,14 @@ Each case names its horizon and tolerance:
 qvel is compared with 10x the qpos tolerance: velocities change by a contact impulse
 within one step, positions only by ``timestep`` times that.
 
-Adding impl "warp" (issue 3) is one entry in ``IMPLS``.
+Both impls run every case against native MuJoCo and are held to the same
+tolerances. impl "warp" stops its Newton solver at a different point than native
+MuJoCo and MJX-JAX when the iteration cap binds: with the scenes' ``iterations=4``
+the ant's qvel is ~1 off native within 20 steps of landing (humanoid: 0.6 at step
+5), while with the solver converged (``WARP_CONTACT_ITERATIONS = 50``, set on the
+model both engines run) Warp matches native to 2.8e-6 qpos / 4.9e-4 qvel over 100
+ant steps and 1.2e-5 / 3.7e-4 on the humanoid. So Warp's contact cases compare
+converged solves: what they test is the physics, not where a capped solver stops.
 """
 
 import dataclasses
@@ -35,7 +42,8 @@ import pytest
 
 from mjxrunner import MultiEnvRunner, models
 
-IMPLS = ["jax"]
+IMPLS = ["jax", "warp"]
+WARP_CONTACT_ITERATIONS = 50
 N_WORLDS = 4
 SMOOTH_ATOL = 1e-3
 CONTACT_ATOL = 1e-2
@@ -74,6 +82,8 @@ def test_runner_matches_native_mujoco(name, impl):
     case = CASES[name]
     m = models.load(name)
     m.key_qpos[0, -1] += 0.1  # start off the equilibrium, so the dynamics are exercised
+    if impl == "warp" and case.atol == CONTACT_ATOL:
+        m.opt.iterations = WARP_CONTACT_ITERATIONS  # see the module docstring
     runner = MultiEnvRunner(m, N_WORLDS, impl=impl, keyframe=0)
     native = []
     for _ in range(N_WORLDS):
