@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "cache loads; recorded results leave it off)",
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per model")
     args = p.parse_args(argv)
 
     if args.cache_dir:
@@ -174,6 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     for s in suite:
         if s.model not in known:
             print(f"skipped {s.model}: not in models/ yet", file=sys.stderr)
+            continue
+        if len(suite) > 1:
+            # One process per model: memory figures and XLA's thread pools start fresh
+            # for each, and a model that hangs or crashes leaves the others' results.
+            child = [sys.executable, "-m", "benchmarks.run", "--models", s.model]
+            child += ["--repeats", str(args.repeats), "--out-dir", str(args.out_dir)]
+            child += ["--device", args.device] if args.device else []
+            child += ["--cache-dir", args.cache_dir] if args.cache_dir else []
+            child += ["--no-progress"] if args.no_progress else []
+            try:
+                done = subprocess.run(child, check=False, timeout=args.timeout)
+                if done.returncode:
+                    print(f"{s.model}: exit status {done.returncode}", file=sys.stderr)
+            except subprocess.TimeoutExpired:
+                print(f"{s.model}: no result within {args.timeout:.0f} s", file=sys.stderr)
             continue
         report = bench.run(
             s.model,
