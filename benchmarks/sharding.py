@@ -22,10 +22,10 @@ if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
     )
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from mjxrunner import MultiEnvRunner  # noqa: E402
+from mjxrunner import MultiEnvRunner
 
 
 def rate(runner: MultiEnvRunner, steps: int, repeats: int = 3) -> tuple[float, float]:
