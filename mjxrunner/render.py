@@ -424,9 +424,10 @@ def render_video(
     """Steps ``runner`` ``n_steps`` times and films ``worlds`` side by side.
 
     Frames are taken every ``round(1 / (fps * timestep))`` steps (at least 1), the
-    first before any step. The worlds are drawn into one scene shifted by their
-    ``runner.env_origins`` (visual only); when those coincide (the default layout)
-    they are spread along x, 1.2 world widths apart.
+    first before any step, so the video plays at about real time. The worlds are
+    drawn into one scene shifted by their ``runner.env_origins`` (visual only); when
+    those coincide (the default layout) they are spread along x, 1.2 world widths
+    apart.
 
     Args:
       runner: the :class:`~mjxrunner.MultiEnvRunner` to step; it ends ``n_steps``
