@@ -2,6 +2,7 @@
 ValueError/TypeError before changing anything; never an error from inside JAX or
 MuJoCo, never a corrupted runner. One runner for the module; no example compiles."""
 
+import contextlib
 import os
 
 import hypothesis.extra.numpy as hnp
@@ -294,10 +295,23 @@ def test_model_names_that_are_not_models(name):
 @settings(max_examples=25, deadline=None, database=None)
 @given(content=st.binary(max_size=2000), suffix=st.sampled_from([".xml", ".mjb", ".txt", ""]))
 def test_files_that_are_not_mjcf(content, suffix, tmp_path_factory):
-    path = tmp_path_factory.mktemp("junk") / f"model{suffix}"
+    folder = tmp_path_factory.mktemp("junk")
+    path = folder / f"model{suffix}"
     path.write_bytes(content)
-    with pytest.raises(ValueError, match="could not load"):
+    with in_dir(folder), pytest.raises(ValueError, match="could not load"):
         models.load_any(path)
+
+
+@contextlib.contextmanager
+def in_dir(path):
+    """MuJoCo appends its warnings (bad binary headers) to MUJOCO_LOG.TXT in the
+    working directory: keep that file out of the project."""
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 @pytest.mark.parametrize(
