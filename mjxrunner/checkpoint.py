@@ -114,7 +114,7 @@ def save(runner: MultiEnvRunner, path: str | os.PathLike) -> Path:
         "layout": runner.layout,
         # MuJoCo's binary model format drops the compiler's signature, a static
         # field of the device model: kept here so the loaded model's is the same.
-        "signature": int(runner.mj_model.signature),
+        "signature": int(getattr(runner.model, "signature", 0)),
         "randomization": None
         if rand is None
         else {
@@ -125,8 +125,8 @@ def save(runner: MultiEnvRunner, path: str | os.PathLike) -> Path:
         "user": _describe(runner._state.user),
         "backend": runner.backend_info,
         "arrays": index,
-        "sha256": _checksum(arrays),
     }
+    header["sha256"] = _checksum(arrays, header)
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
     if jax.process_index() != 0:  # every process gathered; one writes
         return path
@@ -149,8 +149,11 @@ def _flatten(tree: Any) -> list[tuple[str, Any]]:
     return [(jax.tree_util.keystr(p), leaf) for p, leaf in leaves]
 
 
-def _checksum(arrays: dict[str, np.ndarray]) -> str:
+def _checksum(arrays: dict[str, np.ndarray], header: dict[str, Any]) -> str:
+    """SHA-256 over the header (but its own checksum) and every array."""
     h = hashlib.sha256()
+    rest = {k: v for k, v in header.items() if k != "sha256"}
+    h.update(json.dumps(rest, sort_keys=True).encode())
     for name in sorted(arrays):
         arr = np.ascontiguousarray(arrays[name])
         h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
@@ -256,15 +259,39 @@ def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]
             f"{str(path)!r} has format version {header.get('version')}; this mjxrunner "
             f"reads version {VERSION}"
         )
+    if _REQUIRED - header.keys():
+        raise CheckpointError(
+            f"{str(path)!r} has an incomplete header: no {sorted(_REQUIRED - header.keys())}"
+        )
+    if _checksum(arrays, header) != header["sha256"]:
+        raise CheckpointError(f"{str(path)!r} is corrupt: its checksum does not match")
     index = header["arrays"]
     if set(index) != set(arrays):
         missing, extra = sorted(set(index) - set(arrays)), sorted(set(arrays) - set(index))
         raise CheckpointError(
             f"{str(path)!r} is incomplete or altered: missing {missing[:5]}, extra {extra[:5]}"
         )
-    if _checksum(arrays) != header["sha256"]:
-        raise CheckpointError(f"{str(path)!r} is corrupt: its checksum does not match")
     return header, arrays
+
+
+_REQUIRED = frozenset(
+    {
+        "num_envs",
+        "impl",
+        "graph_mode",
+        "capacities",
+        "overflow_policy",
+        "instability_policy",
+        "max_qvel",
+        "layout",
+        "signature",
+        "randomization",
+        "user",
+        "backend",
+        "arrays",
+        "sha256",
+    }
+)
 
 
 # --- loading ------------------------------------------------------------------------

@@ -166,7 +166,7 @@ def rewrite(src, dst, change):
     header["arrays"] = {
         n: {"dtype": a.dtype.str, "shape": list(a.shape)} for n, a in arrays.items()
     }
-    header["sha256"] = checkpoint._checksum(arrays)
+    header["sha256"] = checkpoint._checksum(arrays, header)
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
     with open(dst, "wb") as f:
         np.savez(f, **arrays)
@@ -202,8 +202,23 @@ def test_well_formed_but_wrong_content_is_refused(good, tmp_path):
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
     with open(tmp_path / "short", "wb") as f:
         np.savez(f, **arrays)
-    with pytest.raises(CheckpointError, match=r"incomplete or altered: missing \['state/.ctrl'\]"):
+    with pytest.raises(CheckpointError, match="checksum"):
         MultiEnvRunner.load(tmp_path / "short")
+
+    header, arrays = checkpoint.read(good)
+    header["num_envs"] = 8  # the header is under the checksum too
+    arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    with open(tmp_path / "h", "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(CheckpointError, match="checksum"):
+        MultiEnvRunner.load(tmp_path / "h")
+
+    def no_layout(header, arrays):
+        del header["layout"]
+
+    rewrite(good, tmp_path / "nolayout", no_layout)
+    with pytest.raises(CheckpointError, match=r"incomplete header: no \['layout'\]"):
+        MultiEnvRunner.load(tmp_path / "nolayout")
 
     def version(header, arrays):
         header["version"] = 99
