@@ -71,6 +71,15 @@ def specs(tree: Any) -> Any:
     return jax.tree.map(lambda w: PartitionSpec(AXIS) if w else PartitionSpec(), world_mask(tree))
 
 
+def _placement_specs(tree: Any) -> Any:
+    """:func:`specs`, except that empty leaves (``na == 0``, no contacts, ...) are
+    replicated: that is the sharding JAX gives them on output, and a mismatch
+    between a step's input and output shardings would compile every step anew."""
+    return jax.tree.map(
+        lambda spec, leaf: spec if np.size(leaf) else PartitionSpec(), specs(tree), tree
+    )
+
+
 def place(tree: Any, mesh: Mesh) -> Any:
     """Puts ``tree`` on ``mesh``; each process supplies only its own shards.
 
@@ -85,7 +94,7 @@ def place(tree: Any, mesh: Mesh) -> Any:
         host = np.asarray(host_copy(leaf))
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
-    return jax.tree.map(put, tree, specs(tree))
+    return jax.tree.map(put, tree, _placement_specs(tree))
 
 
 def host_copy(x: Any) -> np.ndarray:

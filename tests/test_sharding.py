@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import PartitionSpec
 from sharded_script import N, run
 
-from mjxrunner import MultiEnvRunner, world_mask
+from mjxrunner import CompileCounter, MultiEnvRunner, world_mask
 
 HERE = Path(__file__).parent
 
@@ -41,6 +41,10 @@ def test_two_devices_match_one(unsharded):
         s.data.shape == (N // 2, 2) for s in r.data.qpos.addressable_shards
     )
     assert_same(unsharded, run(r))
+    with CompileCounter() as c:  # input and output shardings agree: no recompiles
+        r.step()
+        r.step()
+    assert c.count == 0
     # promoted parameters are split too
     assert r.model.opt.gravity.sharding.spec == PartitionSpec("worlds")
     assert r.model.dof_damping.sharding.spec == PartitionSpec("worlds")
