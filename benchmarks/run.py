@@ -82,7 +82,9 @@ def summary(reports: list[dict]) -> str:
         "same run. `raw` is `jit(vmap(scan(mjx.step)))`, `native` is `mujoco.rollout`",
         "on every CPU thread (float64; MJX runs float32). `env` is a scan of",
         "`mjxrunner.env.step` (task, reward, same-step autoreset); `step loop` calls",
-        "`set_actions` and `step()` from Python once per step.",
+        "`set_actions` and `step()` from Python once per step. Spread is",
+        "(max - min) / median of one variant's repeats; the column shows the largest",
+        "in the row, a measure of how noisy the machine was.",
         "",
     ]
     by_machine: dict[str, list[dict]] = {}
@@ -107,8 +109,8 @@ def summary(reports: list[dict]) -> str:
         lines += [
             "",
             "| model | worlds | raw | rollout | env | step loop | native | rollout/raw "
-            "| step loop/raw | rollout/native | compile s (raw) |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| step loop/raw | rollout/native | largest spread | compile s (raw) |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in group:
             rows: dict[int, dict[str, dict]] = {}
@@ -124,6 +126,8 @@ def summary(reports: list[dict]) -> str:
                     x = row.get(name)
                     return x[key] if x else None
 
+                spreads = [x["spread"] for x in row.values() if x["status"] == "ok"]
+                spread = f"{max(spreads):.0%}" if spreads else "-"
                 raw = row.get("raw")
                 compile_s = f"{raw['compile_s']:.1f}" if raw and raw["status"] == "ok" else "-"
                 lines.append(
@@ -131,7 +135,7 @@ def summary(reports: list[dict]) -> str:
                     f"{_k(rate('rollout'))} | {_k(rate('env'))} | {_k(rate('step_loop'))} | "
                     f"{_k(rate('native'))} | {_x(ratio('rollout', 'ratio_to_raw'))} | "
                     f"{_x(ratio('step_loop', 'ratio_to_raw'))} | "
-                    f"{_x(ratio('rollout', 'ratio_to_native'))} | {compile_s} |"
+                    f"{_x(ratio('rollout', 'ratio_to_native'))} | {spread} | {compile_s} |"
                 )
         missing = sorted(
             {
@@ -160,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per model")
+    p.add_argument(
+        "--summary-only", action="store_true", help="only rebuild README.md from the JSON"
+    )
     args = p.parse_args(argv)
 
     if args.cache_dir:
@@ -173,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         suite = tuple(s for s in suite if s.model in args.models)
 
     known = set(models.list())
-    for s in suite:
+    for s in () if args.summary_only else suite:
         if s.model not in known:
             print(f"skipped {s.model}: not in models/ yet", file=sys.stderr)
             continue

@@ -249,3 +249,17 @@ def test_results_summary_has_a_row_per_size_with_ratios(report):
     rollout = _by_variant(report)["rollout"]
     assert f"| {rollout['ratio_to_raw']:.2f} |" in rows[0]
     assert f"env: {_by_variant(report)['env']['reason']}" in text
+
+
+# --- the committed results ------------------------------------------------------------
+
+
+def test_committed_results_are_complete_reports():
+    files = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    assert files, "benchmarks/results holds no recorded report"
+    for file in files:
+        report = json.loads(file.read_text())
+        bench.validate(report)
+        assert file.with_suffix(".png").is_file(), f"{file.name} has no plot beside it"
+        assert any(r["status"] == "ok" for r in report["results"])
+        assert report["host"]["load_avg_start"] is not None  # the load is part of the record
