@@ -13,6 +13,7 @@ device (``naconmax`` is then a per-device size).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -97,9 +98,22 @@ def place(tree: Any, mesh: Mesh) -> Any:
     return jax.tree.map(put, tree, _placement_specs(tree))
 
 
+_gathers = itertools.count()
+
+
 def host_copy(x: Any) -> np.ndarray:
-    """A NumPy copy of a whole array, gathering other processes' shards if needed."""
+    """A NumPy copy of a whole array, gathering other processes' shards if needed.
+
+    Processes first meet at a barrier of JAX's coordination service (10 minute
+    timeout): the CPU collectives' own rendezvous gives up after 30 s, less than the
+    difference in compile time two busy processes can reach before a gather.
+    """
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax._src import distributed  # the coordination client has no public handle
+
+        client = distributed.global_state.client
+        if client is not None:
+            client.wait_at_barrier(f"mjxrunner_gather_{next(_gathers)}", 600_000)
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.array(x)
 
