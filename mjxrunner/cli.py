@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
@@ -25,10 +26,14 @@ def _run(args: argparse.Namespace) -> int:
 
     from mjxrunner import MultiEnvRunner, models
 
-    if args.video is not None and not hasattr(MultiEnvRunner, "render_video"):
-        raise NotImplementedError(
-            "--video needs MultiEnvRunner.render_video, which this version of mjxrunner lacks"
-        )
+    if args.video is not None:
+        if not hasattr(MultiEnvRunner, "render_video"):
+            raise NotImplementedError(
+                "--video needs MultiEnvRunner.render_video, which this version of mjxrunner lacks"
+            )
+        video = Path(args.video)
+        if video.suffix.lower() not in (".mp4", ".gif") or not video.parent.is_dir():
+            raise ValueError(f"--video must be an .mp4 or .gif in an existing folder, got {video}")
     runner = MultiEnvRunner(args.model, args.num_envs, impl=args.impl, seed=args.seed)
     fallen = _fallen(args.model) if args.model in models.list() else None
     rng = np.random.default_rng(args.seed)
@@ -71,6 +76,12 @@ def _run(args: argparse.Namespace) -> int:
         "episodes_finished": episodes,
         "backend": runner.backend_info,
     }
+    if args.video is not None:
+        # A short clip of the first worlds, with fresh random controls, after the timing.
+        n, worlds = min(args.steps, 300), list(range(min(4, args.num_envs)))
+        controls = rng.uniform(low, high, (n, args.num_envs, nu))
+        runner.render_video(worlds, n, policy=controls, path=args.video)
+        summary["video"] = str(args.video)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -103,6 +103,19 @@ def test_runtime_errors_are_one_line_exit_2(argv, needle, capsys):
     assert "\n" not in err
 
 
+def test_run_writes_a_video(tmp_path, capsys):
+    video = tmp_path / "clip.gif"
+    argv = ["run", "pendulum", "--num-envs", "4", "--steps", "5", "--video", str(video), "--json"]
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["video"] == str(video)
+    assert video.read_bytes()[:3] == b"GIF"
+
+
+def test_video_path_is_checked_before_running(tmp_path, capsys):
+    assert cli.main(["run", "pendulum", "--video", str(tmp_path / "clip.avi")]) == 2
+    assert ".mp4 or .gif" in capsys.readouterr().err
+
+
 def test_video_without_rendering_is_a_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.delattr(MultiEnvRunner, "render_video", raising=False)
     video = tmp_path / "out.mp4"
