@@ -1,10 +1,16 @@
 """mjxrunner: thousands of MuJoCo worlds in parallel on MJX, for reinforcement learning."""
 
-from mjxrunner import checkpoint, core, health, models
-from mjxrunner.backend import CompileCounter, backend_info
-from mjxrunner.runner import MultiEnvRunner
-from mjxrunner.state import RunnerState
-from mjxrunner.worlds import (
+from mjxrunner import cpu_linalg
+
+# Before anything compiles: jaxlib 0.10's batched LAPACK calls can deadlock XLA's
+# CPU thread pool inside an MJX step (see mjxrunner.cpu_linalg).
+cpu_linalg.install()
+
+from mjxrunner import checkpoint, core, health, models  # noqa: E402
+from mjxrunner.backend import CompileCounter, backend_info  # noqa: E402
+from mjxrunner.runner import MultiEnvRunner  # noqa: E402
+from mjxrunner.state import RunnerState  # noqa: E402
+from mjxrunner.worlds import (  # noqa: E402
     CORE_NDIM,
     core_ndims,
     pytree_dataclass,
@@ -24,6 +30,7 @@ __all__ = [
     "checkpoint",
     "core",
     "core_ndims",
+    "cpu_linalg",
     "health",
     "models",
     "pytree_dataclass",
