@@ -49,8 +49,55 @@ def _cleared(state: RunnerState) -> RunnerState:
     )
 
 
-def _step_into(model, state, scratch, dt, substeps, truncate, mesh, check):
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Treedef:
+    """A treedef as a static jit argument that hashes and compares by identity.
+
+    Flattening an ``mjx.Model`` runs MJX's Python flattener over ~100 NumPy static
+    fields, and a jit cache lookup compares them: about half a millisecond per
+    call, as much as a step of hundreds of cartpoles. So the runner keeps its
+    models flat (:class:`_FlatModel`) and passes leaves plus this holder, interned
+    by :func:`_interned` so runners of equal models share compiled functions.
+    """
+
+    value: Any
+
+
+# A static node: inside a jit argument it is treedef, not a leaf.
+jax.tree_util.register_static(_Treedef)
+
+
+@functools.lru_cache(maxsize=64)
+def _interned(treedef: Any) -> _Treedef:
+    return _Treedef(treedef)
+
+
+class _FlatModel:
+    """An ``mjx.Model`` held as leaves for jit calls; the tree is rebuilt on demand."""
+
+    def __init__(self, treedef: _Treedef, leaves: list, tree: mjx.Model | None = None):
+        self.treedef, self.leaves, self._tree = treedef, leaves, tree
+
+    @classmethod
+    def of(cls, model: mjx.Model) -> _FlatModel:
+        leaves, treedef = jax.tree.flatten(model)
+        return cls(_interned(treedef), leaves, model)
+
+    @property
+    def pair(self) -> tuple[_Treedef, list]:
+        """``(treedef, leaves)``: a jit argument whose treedef part is static."""
+        return self.treedef, self.leaves
+
+    @property
+    def tree(self) -> mjx.Model:
+        if self._tree is None:
+            self._tree = jax.tree.unflatten(self.treedef.value, self.leaves)
+        return self._tree
+
+
+def _step_into(treedef, model_leaves, state, scratch, dt, substeps, truncate, mesh, check):
     del scratch  # donated: its buffers receive the new state
+    model = jax.tree.unflatten(treedef.value, model_leaves)  # at trace time only
     step = functools.partial(
         core.step, substeps=substeps, truncate_on_overflow=truncate, check=check
     )
@@ -111,6 +158,15 @@ def _rollout_into(model, state, scratch, actions_or_policy, n_steps, dt, substep
     )
 
 
+def _reset_flat(rand, model, state, default_model, default_state, mask, mesh):
+    """:func:`_reset` over ``(treedef, leaves)`` models (see :class:`_Treedef`);
+    returns the model's leaves."""
+    model = jax.tree.unflatten(model[0].value, model[1])
+    default_model = jax.tree.unflatten(default_model[0].value, default_model[1])
+    model, state = _reset(rand, model, state, default_model, default_state, mask, mesh)
+    return jax.tree.leaves(model), state
+
+
 def _reset(rand, model, state, default_model, default_state, mask, mesh):
     if mask is None:
         model, state = default_model, _copy(core.kept_by_reset(state, default_state))
@@ -131,7 +187,7 @@ def _restore(model, state, default_model, default_state, done, shared):
     return model, core.reset_selected(state, default_state, done, shared)
 
 
-_reset_plain = functools.partial(_reset, None)
+_reset_plain = functools.partial(_reset_flat, None)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -335,11 +391,14 @@ class MultiEnvRunner:
             )
         else:
             self._step_fn = jax.jit(
-                _step_into, static_argnums=(4, 5, 6, 7), donate_argnums=(2,), keep_unused=True
+                _step_into,
+                static_argnums=(0, 5, 6, 7, 8),
+                donate_argnums=(3,),
+                keep_unused=True,
             )
         # Without randomization the module-level function is used, so runners of the
         # same model share one compiled reset.
-        reset = _reset_plain if rand is None else functools.partial(_reset, rand)
+        reset = _reset_plain if rand is None else functools.partial(_reset_flat, rand)
         self._reset_fn = jax.jit(reset, donate_argnums=(1,), static_argnums=(5,))
         self._randomize_fn = (
             None
@@ -366,6 +425,25 @@ class MultiEnvRunner:
     def model(self) -> mjx.Model:
         """The device ``mjx.Model`` (it does not follow later edits of ``mj_model``)."""
         return self._model
+
+    # The model and the default model live flat (see _Treedef); every assignment
+    # passes through these setters, so the leaves the compiled calls get never lag.
+
+    @property
+    def _model(self) -> mjx.Model:
+        return self._flat_model.tree
+
+    @_model.setter
+    def _model(self, model: mjx.Model) -> None:
+        self._flat_model = _FlatModel.of(model)
+
+    @property
+    def _default_model(self) -> mjx.Model:
+        return self._flat_default.tree
+
+    @_default_model.setter
+    def _default_model(self, model: mjx.Model) -> None:
+        self._flat_default = _FlatModel.of(model)
 
     @property
     def mj_model(self) -> mujoco.MjModel:
@@ -528,10 +606,9 @@ class MultiEnvRunner:
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
         truncate = self._overflow_policy == "truncate"
-        model = self._model
         if self._randomization is not None and self._randomization.every_n_steps:
-            model, new = self._step_fn(
-                model,
+            self._model, new = self._step_fn(
+                self._model,
                 self._state,
                 self._scratch,
                 self._default_model,
@@ -543,10 +620,17 @@ class MultiEnvRunner:
             )
         else:
             new = self._step_fn(
-                model, self._state, self._scratch, dt, substeps, truncate, self._mesh, self._check
+                self._flat_model.treedef,
+                self._flat_model.leaves,
+                self._state,
+                self._scratch,
+                dt,
+                substeps,
+                truncate,
+                self._mesh,
+                self._check,
             )
         self._scratch, self._state = self._state, new
-        self._model = model
         self._check_overflow()
         self._check_health()
 
@@ -660,9 +744,12 @@ class MultiEnvRunner:
         """
         if mask is not None:
             mask = checks.bool_vector(mask, "mask", (self._num_envs, self._num_envs + 1))
-        self._model, self._state = self._reset_fn(
-            self._model, self._state, self._default_model, self._default, mask, self._mesh
+        model, default = self._flat_model, self._flat_default
+        leaves, self._state = self._reset_fn(
+            model.pair, self._state, default.pair, self._default, mask, self._mesh
         )
+        # A full reset returns the default model, whose shapes may differ.
+        self._flat_model = _FlatModel((model if mask is not None else default).treedef, leaves)
 
     def reset_all(self) -> None:
         """Restores every world and every shared leaf; the RNG keeps advancing."""

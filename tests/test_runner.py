@@ -264,6 +264,36 @@ def test_zero_recompiles_after_warmup(fresh):
     assert c.count == 0
 
 
+def test_runners_of_one_model_share_compiled_steps(fresh):
+    # The runner passes its model as leaves plus an interned treedef (see
+    # runner._Treedef); a second runner of an equal model must still hit the
+    # compiled step and reset of the first.
+    fresh.step()
+    fresh.reset(np.arange(N) < 2)
+    other = MultiEnvRunner("cartpole", N, seed=4)
+    with CompileCounter() as c:
+        other.step()
+        other.reset(np.arange(N) < 2)
+        jax.block_until_ready(other.data)
+    assert c.count == 0
+
+
+def test_step_sees_every_model_change(fresh):
+    # The step reads the runner's flat copy of the model: after set_param it must
+    # step with the new values, after a full reset with the default ones again.
+    r = fresh
+    r.set_actions(np.zeros((N, 1)))
+    r.step()
+    baseline = np.array(r.data.qvel)
+    r.reset_all()
+    r.set_param("opt.gravity", [9.81, 0.0, 0.0])  # sideways: pushes the cart along x
+    r.step()
+    assert np.abs(np.array(r.data.qvel)[:, 0] - baseline[:, 0]).min() > 0.05
+    r.reset_all()
+    r.step()
+    np.testing.assert_array_equal(np.array(r.data.qvel), baseline)
+
+
 # --- resets ---------------------------------------------------------------------------
 
 
