@@ -44,7 +44,7 @@ class Suite:
 SUITES = {
     "cpu": (
         Suite("cartpole", (256, 1024, 4096), 300),
-        Suite("hopper", (256,), 50),
+        Suite("hopper", (256, 1024), 50),
         Suite("humanoid", (256,), 20),
     ),
     "gpu": (
@@ -82,7 +82,9 @@ def summary(reports: list[dict]) -> str:
         "same run. `raw` is `jit(vmap(scan(mjx.step)))`, `native` is `mujoco.rollout`",
         "on every CPU thread (float64; MJX runs float32). `env` is a scan of",
         "`mjxrunner.env.step` (task, reward, same-step autoreset); `step loop` calls",
-        "`set_actions` and `step()` from Python once per step. Spread is",
+        "`set_actions` and `step()` from Python once per step; `sharded` is the",
+        "runner's rollout with the worlds split over every device (on CPU, the host",
+        "split into forced host devices: `host.forced_host_devices` in the JSON). Spread is",
         "(max - min) / median of one variant's repeats; the column shows the largest",
         "in the row, a measure of how noisy the machine was.",
         "",
@@ -108,9 +110,11 @@ def summary(reports: list[dict]) -> str:
             )
         lines += [
             "",
-            "| model | worlds | raw | rollout | env | step loop | native | rollout/raw "
-            "| step loop/raw | rollout/native | largest spread | compile s (raw) |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| model | worlds | raw | rollout | env | step loop | native | sharded "
+            "| rollout/raw | step loop/raw | rollout/native | sharded/rollout "
+            "| largest spread | compile s (raw) |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+            "| ---: | ---: | ---: |",
         ]
         for r in group:
             rows: dict[int, dict[str, dict]] = {}
@@ -130,12 +134,16 @@ def summary(reports: list[dict]) -> str:
                 spread = f"{max(spreads):.0%}" if spreads else "-"
                 raw = row.get("raw")
                 compile_s = f"{raw['compile_s']:.1f}" if raw and raw["status"] == "ok" else "-"
+                sharded, rollout = rate("sharded"), rate("rollout")
+                speedup = sharded / rollout if sharded and rollout else None
                 lines.append(
                     f"| {r['config']['model']} | {n} | {_k(rate('raw'))} | "
-                    f"{_k(rate('rollout'))} | {_k(rate('env'))} | {_k(rate('step_loop'))} | "
-                    f"{_k(rate('native'))} | {_x(ratio('rollout', 'ratio_to_raw'))} | "
+                    f"{_k(rollout)} | {_k(rate('env'))} | {_k(rate('step_loop'))} | "
+                    f"{_k(rate('native'))} | {_k(sharded)} | "
+                    f"{_x(ratio('rollout', 'ratio_to_raw'))} | "
                     f"{_x(ratio('step_loop', 'ratio_to_raw'))} | "
-                    f"{_x(ratio('rollout', 'ratio_to_native'))} | {spread} | {compile_s} |"
+                    f"{_x(ratio('rollout', 'ratio_to_native'))} | {_x(speedup)} | "
+                    f"{spread} | {compile_s} |"
                 )
         missing = sorted(
             {
@@ -165,12 +173,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per model")
     p.add_argument(
+        "--host-devices",
+        type=int,
+        default=2,
+        help="on CPU, split the host into this many JAX devices so the sharded variant "
+        "runs (single-device variants use the first; measured here not to slow them)",
+    )
+    p.add_argument(
         "--summary-only", action="store_true", help="only rebuild README.md from the JSON"
     )
     args = p.parse_args(argv)
 
     if args.cache_dir:
         jax.config.update("jax_compilation_cache_dir", args.cache_dir)
+    if (args.device or "cpu").startswith("cpu"):
+        backend.force_host_devices(args.host_devices)  # before JAX starts
     device = backend.resolve_device(args.device)
     suite = SUITES["cpu" if device.platform == "cpu" else "gpu"]
     if args.models:
@@ -189,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             # for each, and a model that hangs or crashes leaves the others' results.
             child = [sys.executable, "-m", "benchmarks.run", "--models", s.model]
             child += ["--repeats", str(args.repeats), "--out-dir", str(args.out_dir)]
+            child += ["--host-devices", str(args.host_devices)]
             child += ["--device", args.device] if args.device else []
             child += ["--cache-dir", args.cache_dir] if args.cache_dir else []
             child += ["--no-progress"] if args.no_progress else []
@@ -209,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         report["command"] = "python -m benchmarks.run" + (
             f" --device {args.device}" if args.device else ""
+        )
+        report["host"]["forced_host_devices"] = (
+            args.host_devices if device.platform == "cpu" else None
         )
         stem = args.out_dir / f"{machine_slug(report['backend'])}-{s.model}"
         bench.save(report, stem.with_suffix(".json"))

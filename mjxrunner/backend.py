@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from importlib import metadata
 from typing import Any
@@ -11,6 +12,8 @@ import jax
 import mujoco
 import numpy as np
 from mujoco import mjx
+
+from mjxrunner import checks, cpu_linalg
 
 IMPLS = ("jax", "warp")
 
@@ -197,6 +200,35 @@ def put_data(
     return mjx.put_data(m, d, impl=impl, device=device, **kwargs)
 
 
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+def force_host_devices(n: Any) -> None:
+    """Makes the CPU platform show ``n`` devices, so sharding can be run on one host.
+
+    XLA reads the flag when JAX starts its backends, so this must come first; once
+    they run, it only checks that the CPU already has ``n`` devices.
+
+    Raises:
+      ValueError: JAX's backends are up with another number of CPU devices.
+    """
+    from jax._src import xla_bridge
+
+    n = checks.count(n, "host devices")
+    if xla_bridge.backends_are_initialized():
+        have = len(jax.devices("cpu"))
+        if have != n:
+            raise ValueError(
+                f"JAX already runs with {have} CPU device(s); {n} host devices must be "
+                f"asked for before JAX starts (XLA_FLAGS={HOST_DEVICES_FLAG}={n})"
+            )
+        return
+    kept = [
+        f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(HOST_DEVICES_FLAG)
+    ]
+    os.environ["XLA_FLAGS"] = " ".join([*kept, f"{HOST_DEVICES_FLAG}={n}"])
+
+
 def float_dtype() -> np.dtype:
     """The float dtype MJX uses for the data (float64 only with ``jax_enable_x64``)."""
     return np.dtype(np.float64 if jax.config.jax_enable_x64 else np.float32)
@@ -237,6 +269,8 @@ def backend_info(
         "process_count": jax.process_count(),
         "jax_enable_x64": bool(jax.config.jax_enable_x64),
         "qpos_dtype": "float32" if impl == "warp" else float_dtype().name,
+        # How small Cholesky/triangular solves run on CPU (see mjxrunner.cpu_linalg).
+        "cpu_linalg": "xla" if cpu_linalg.installed() else "lapack",
     }
 
 

@@ -762,8 +762,9 @@ def describe_backend(info: dict[str, Any]) -> str:
     versions = " ".join(f"{k} {v}" for k, v in info["versions"].items())
     return (
         f"impl={info['impl']} device={info['platform']}:{info['device_kind']} "
-        f"x{info['device_count']} x64={info['jax_enable_x64']} qpos={info['qpos_dtype']} | "
-        f"{versions}"
+        f"x{info['device_count']} x64={info['jax_enable_x64']} qpos={info['qpos_dtype']}"
+        + (f" linalg={info['cpu_linalg']}" if info.get("cpu_linalg") else "")
+        + f" | {versions}"
     )
 
 

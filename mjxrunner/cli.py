@@ -102,8 +102,10 @@ def _describe(info: dict) -> str:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from mjxrunner import bench
+    from mjxrunner import backend, bench
 
+    if args.host_devices is not None:
+        backend.force_host_devices(args.host_devices)  # before JAX starts its backends
     report = bench.run(
         args.model,
         args.num_envs,
@@ -214,6 +216,13 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=_positive, default=3, help="timed calls per case")
     bench.add_argument("--impl", choices=("jax", "warp"), default="jax")
     bench.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: JAX's default)")
+    bench.add_argument(
+        "--host-devices",
+        type=_positive,
+        metavar="N",
+        help="split the CPU into N JAX devices, so the sharded variant runs on one host "
+        "(XLA's forced host device count; single-device variants use the first)",
+    )
     bench.add_argument(
         "--variants",
         type=_variant_list,

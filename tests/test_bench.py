@@ -8,7 +8,9 @@ import copy
 import hashlib
 import importlib.util
 import json
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import numpy as np
 import pytest
 from conftest import slider_xml
 
-from mjxrunner import backend_info, bench
+from mjxrunner import backend, backend_info, bench
 
 ROOT = Path(__file__).resolve().parents[1]
 N, STEPS, REPEATS = 3, 2, 2
@@ -244,6 +246,7 @@ def test_results_summary_has_a_row_per_size_with_ratios(report):
     runner = _benchmarks_run()
     text = runner.summary([report])
     assert "## cpu" in text and bench.describe_backend(report["backend"]) in text
+    assert "| sharded/rollout |" in text and "linalg=xla" in text
     rows = [line for line in text.splitlines() if line.startswith("| mjcf |")]
     assert len(rows) == 1
     rollout = _by_variant(report)["rollout"]
@@ -263,3 +266,37 @@ def test_committed_results_are_complete_reports():
         assert file.with_suffix(".png").is_file(), f"{file.name} has no plot beside it"
         assert any(r["status"] == "ok" for r in report["results"])
         assert report["host"]["load_avg_start"] is not None  # the load is part of the record
+
+
+# --- forced host devices (the sharded variant on one CPU) ------------------------------
+
+
+def test_force_host_devices_before_jax_starts(tmp_path):
+    # A fresh process: the flag must be in XLA_FLAGS before JAX starts, other
+    # flags kept, an earlier device count replaced.
+    code = (
+        "import os; from mjxrunner import backend; backend.force_host_devices(3); "
+        "import jax; print(len(jax.devices('cpu')), os.environ['XLA_FLAGS'])"
+    )
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=2",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == [
+        "3",
+        "--xla_cpu_enable_fast_math=false",
+        "--xla_force_host_platform_device_count=3",
+    ]
+
+
+def test_force_host_devices_after_jax_started_only_checks():
+    before = os.environ.get("XLA_FLAGS")
+    backend.force_host_devices(len(jax.devices("cpu")))  # what JAX has: fine
+    with pytest.raises(ValueError, match="before JAX starts"):
+        backend.force_host_devices(len(jax.devices("cpu")) + 1)
+    assert os.environ.get("XLA_FLAGS") == before
+    with pytest.raises(ValueError, match="host devices"):
+        backend.force_host_devices(0)

@@ -44,6 +44,7 @@ def test_info_and_models(capsys):
         ["bench", "cartpole", "--steps", "many"],
         ["bench", "cartpole", "--variants", "raw,fastest"],
         ["bench", "cartpole", "--impl", "cuda"],
+        ["bench", "cartpole", "--host-devices", "0"],
         ["info", "--bogus"],
         ["models", "extra"],
     ],
@@ -94,6 +95,8 @@ def test_bench_prints_a_table_and_writes_json_and_plot(tmp_path, capsys):
         (["bench", "pendulum", "--device", "tpu"], "tpu"),
         (["bench", "no_such_scene"], "known models"),
         (["run", "pendulum", "--seed", "-1"], "seed"),
+        # conftest starts JAX with 2 host devices: 3 can no longer be asked for.
+        (["bench", "pendulum", "--num-envs", "2", "--host-devices", "3"], "3 host devices"),
     ],
 )
 def test_runtime_errors_are_one_line_exit_2(argv, needle, capsys):
