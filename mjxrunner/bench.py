@@ -16,7 +16,8 @@ controls. Every *variant* runs exactly that workload from the same start state:
    reference on the CPU (float64, so it is a reference, not a like-for-like twin);
 5. ``sharded``: ``runner.rollout`` with the worlds split over every device of the
    platform (``MultiEnvRunner(devices=...)``); unavailable with one device (on CPU,
-   ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` makes two).
+   ``backend.force_host_devices(2)`` or ``mjxrunner bench --host-devices 2`` before
+   JAX starts makes two).
 
 Each variant is one :class:`Variant` entry in :data:`VARIANTS`; a variant that cannot
 run here is reported as unavailable with its reason, never dropped.
