@@ -91,13 +91,18 @@ class _FlatModel:
     @property
     def tree(self) -> mjx.Model:
         if self._tree is None:
-            self._tree = jax.tree.unflatten(self.treedef.value, self.leaves)
+            self._tree = _unflat(self.pair)
         return self._tree
 
 
-def _step_into(treedef, model_leaves, state, scratch, dt, substeps, truncate, mesh, check):
+def _unflat(pair: tuple[_Treedef, list]) -> mjx.Model:
+    """The model of a ``(treedef, leaves)`` pair (inside jit: at trace time only)."""
+    return jax.tree.unflatten(pair[0].value, pair[1])
+
+
+def _step_into(model, state, scratch, dt, substeps, truncate, mesh, check):
     del scratch  # donated: its buffers receive the new state
-    model = jax.tree.unflatten(treedef.value, model_leaves)  # at trace time only
+    model = _unflat(model)
     step = functools.partial(
         core.step, substeps=substeps, truncate_on_overflow=truncate, check=check
     )
@@ -161,9 +166,9 @@ def _rollout_into(model, state, scratch, actions_or_policy, n_steps, dt, substep
 def _reset_flat(rand, model, state, default_model, default_state, mask, mesh):
     """:func:`_reset` over ``(treedef, leaves)`` models (see :class:`_Treedef`);
     returns the model's leaves."""
-    model = jax.tree.unflatten(model[0].value, model[1])
-    default_model = jax.tree.unflatten(default_model[0].value, default_model[1])
-    model, state = _reset(rand, model, state, default_model, default_state, mask, mesh)
+    model, state = _reset(
+        rand, _unflat(model), state, _unflat(default_model), default_state, mask, mesh
+    )
     return jax.tree.leaves(model), state
 
 
@@ -391,10 +396,7 @@ class MultiEnvRunner:
             )
         else:
             self._step_fn = jax.jit(
-                _step_into,
-                static_argnums=(0, 5, 6, 7, 8),
-                donate_argnums=(3,),
-                keep_unused=True,
+                _step_into, static_argnums=(4, 5, 6, 7), donate_argnums=(2,), keep_unused=True
             )
         # Without randomization the module-level function is used, so runners of the
         # same model share one compiled reset.
@@ -620,8 +622,7 @@ class MultiEnvRunner:
             )
         else:
             new = self._step_fn(
-                self._flat_model.treedef,
-                self._flat_model.leaves,
+                self._flat_model.pair,
                 self._state,
                 self._scratch,
                 dt,
