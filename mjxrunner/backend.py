@@ -200,6 +200,131 @@ def put_data(
     return mjx.put_data(m, d, impl=impl, device=device, **kwargs)
 
 
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """How the worlds are simulated, chosen once: MJX impl, device, Warp settings.
+
+    Everything that differs between impl "jax" and impl "warp" lives here, so the
+    engine, the runner, the env, the benchmarks and checkpoints never branch on the
+    impl. Frozen and hashable: it is static configuration of compiled functions.
+
+    Attributes:
+      impl: ``"jax"`` or ``"warp"``, always passed to MJX.
+      device: the JAX device that holds the worlds (the first one when sharded).
+      graph_mode: Warp's graph-capture mode (None for impl "jax").
+      caps: Warp buffer sizes (None for impl "jax", whose buffers are exact).
+    """
+
+    impl: str
+    device: jax.Device
+    graph_mode: str | None = None
+    caps: Capacities | None = None
+
+    @classmethod
+    def make(
+        cls,
+        m: mujoco.MjModel,
+        num_envs: int,
+        impl: str = "jax",
+        device: Any = None,
+        graph_mode: str | None = None,
+        naconmax: Any = None,
+        njmax: Any = None,
+        naccdmax: Any = None,
+        nvmax: Any = None,
+    ) -> Backend:
+        """Validates the choice for model ``m`` and ``num_envs`` worlds.
+
+        The Warp options are ignored by impl "jax"; see :func:`capacities` for their
+        defaults. A model MJX cannot run is refused here, naming the feature.
+        """
+        impl = check_impl(impl)
+        device = resolve_device(device)
+        check_supported(m, impl)
+        if impl == "jax":
+            return cls(impl, device)
+        return cls(
+            impl,
+            device,
+            check_graph_mode(graph_mode, device),
+            capacities(m, num_envs, naconmax, njmax, naccdmax, nvmax),
+        )
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of :meth:`make` that rebuild this backend's choice."""
+        caps = {} if self.caps is None else self.caps.as_dict()
+        return {"impl": self.impl, "graph_mode": self.graph_mode, **caps}
+
+    def put_model(self, m: mujoco.MjModel) -> mjx.Model:
+        """The device model of ``m`` (see :func:`put_model`)."""
+        return put_model(m, self.impl, self.device, self.graph_mode)
+
+    def put_data(self, m: mujoco.MjModel, d: mujoco.MjData) -> mjx.Data:
+        """One world's device data from host ``d`` (see :func:`put_data`)."""
+        return put_data(m, d, self.impl, self.device, self.caps)
+
+    def info(self) -> dict[str, Any]:
+        """The backend identity to record with every result (:func:`backend_info`)."""
+        return backend_info(self.impl, self.device, self.graph_mode, self.caps)
+
+    def describe_overflow(self, bits: np.ndarray) -> str:
+        """A message naming overflowing worlds and the option to raise."""
+        return describe_overflow(bits, self.caps)
+
+
+def overflow_bits(data: mjx.Data) -> jax.Array:
+    """``(num_envs,)`` int32: the Warp capacity bits batched ``data`` holds (bits of
+    buffers too small; solver iteration limits left out). Zeros for impl "jax",
+    whose buffers are exact."""
+    flags = getattr(data._impl, "overflow", None)
+    if flags is None:
+        return jax.numpy.zeros(data.qpos.shape[:1], jax.numpy.int32)
+    return (flags & capacity_bits()).astype(jax.numpy.int32)
+
+
+def clear_overflow(data: mjx.Data) -> mjx.Data:
+    """``data`` with Warp's overflow flags zeroed: Warp ORs flags in, so a step that
+    starts from cleared flags reports only its own overflow."""
+    flags = getattr(data._impl, "overflow", None)
+    if flags is None:
+        return data
+    return data.tree_replace({"_impl.overflow": jax.numpy.zeros_like(flags)})
+
+
+def capacity_bits() -> int:
+    """The Warp overflow bits that mean a buffer was too small.
+
+    Solver iteration-limit bits are left out: they report convergence, not lost
+    contacts or constraints.
+    """
+    from mujoco.mjx.third_party.mujoco_warp._src.types import OverflowType
+
+    return int(OverflowType.ALL & ~(OverflowType.ITERATIONS | OverflowType.LS_ITERATIONS))
+
+
+def contact_count(data: mjx.Data) -> jax.Array:
+    """``(num_envs,)`` int32: contacts per world that enter the constraint solver.
+
+    impl "jax" keeps one slot per candidate pair and marks the active ones by
+    ``dist < includemargin``; impl "warp" keeps a pool of ``nacon`` contacts for
+    all worlds, each tagged with its world.
+    """
+    jnp = jax.numpy
+    num_envs = data.qpos.shape[0]
+    impl = data._impl
+    if hasattr(impl, "contact__worldid"):
+        active = (jnp.arange(impl.contact__worldid.shape[0]) < impl.nacon[0]) & (
+            impl.contact__dist < impl.contact__includemargin
+        )
+        world = jnp.where(active, impl.contact__worldid, num_envs)
+        return jnp.bincount(world, length=num_envs + 1)[:num_envs].astype(jnp.int32)
+    contact = impl.contact
+    if contact.dist.shape[-1] == 0:
+        return jnp.zeros((num_envs,), jnp.int32)
+    return jnp.sum(contact.dist < contact.includemargin, axis=-1).astype(jnp.int32)
+
+
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 
@@ -272,6 +397,17 @@ def backend_info(
         # How small Cholesky/triangular solves run on CPU (see mjxrunner.cpu_linalg).
         "cpu_linalg": "xla" if cpu_linalg.installed() else "lapack",
     }
+
+
+def describe_backend(info: dict[str, Any]) -> str:
+    """One line naming impl, device, dtype settings and package versions."""
+    versions = " ".join(f"{k} {v}" for k, v in info["versions"].items())
+    return (
+        f"impl={info['impl']} device={info['platform']}:{info['device_kind']} "
+        f"x{info['device_count']} x64={info['jax_enable_x64']} qpos={info['qpos_dtype']}"
+        + (f" linalg={info['cpu_linalg']}" if info.get("cpu_linalg") else "")
+        + f" | {versions}"
+    )
 
 
 class CapacityOverflowError(RuntimeError):

@@ -57,6 +57,7 @@ import numpy as np
 from mujoco import mjx
 
 from mjxrunner import backend, checks
+from mjxrunner.backend import describe_backend
 from mjxrunner.models import load_any
 
 SCHEMA = "mjxrunner.bench/1"
@@ -756,17 +757,6 @@ def save(report: dict[str, Any], path: str | os.PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(to_json(report) + "\n")
     return path
-
-
-def describe_backend(info: dict[str, Any]) -> str:
-    """One line naming impl, device, dtype settings and package versions."""
-    versions = " ".join(f"{k} {v}" for k, v in info["versions"].items())
-    return (
-        f"impl={info['impl']} device={info['platform']}:{info['device_kind']} "
-        f"x{info['device_count']} x64={info['jax_enable_x64']} qpos={info['qpos_dtype']}"
-        + (f" linalg={info['cpu_linalg']}" if info.get("cpu_linalg") else "")
-        + f" | {versions}"
-    )
 
 
 def _ratio(x: float | None) -> str:

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import mujoco
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,3 +225,48 @@ def _check_text_includes(text: str, depth: int = 0) -> None:
             )
         if depth < 8 and _is_file(Path(name)):
             _check_text_includes(Path(name).read_text(errors="replace"), depth + 1)
+
+
+def keyframe_id(m: mujoco.MjModel, keyframe: int | str) -> int:
+    """The index of keyframe ``keyframe`` (a name or an index) of ``m``.
+
+    Raises:
+      TypeError: ``keyframe`` is neither a str nor an int.
+      ValueError: no keyframe of that name, or the index is out of range.
+    """
+    if isinstance(keyframe, str):
+        i = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, keyframe)
+        if i < 0:
+            names = [m.key(k).name for k in range(m.nkey)]
+            raise ValueError(f"no keyframe named {keyframe!r}; keyframes: {names}")
+        return i
+    from mjxrunner import checks
+
+    i = checks.count(keyframe, "keyframe", minimum=0)
+    if i >= m.nkey:
+        raise ValueError(f"keyframe index {i} out of range: the model has {m.nkey}")
+    return i
+
+
+def start_data(m: mujoco.MjModel, keyframe: int | str | None = None) -> mujoco.MjData:
+    """One world's host start: ``MjData`` at ``keyframe`` (None: ``qpos0``), forwarded
+    so that derived quantities match it."""
+    d = mujoco.MjData(m)
+    if keyframe is not None:
+        mujoco.mj_resetDataKeyframe(m, d, keyframe_id(m, keyframe))
+    mujoco.mj_forward(m, d)
+    return d
+
+
+def action_bounds(
+    m: mujoco.MjModel, unlimited: float = float("inf")
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(low, high)``, each ``(nu,)`` float32, from the actuators' ``ctrlrange``.
+
+    Actuators without a control limit get ``-unlimited``/``+unlimited`` (``inf`` by
+    default; a sampler of random controls passes a finite scale such as 1).
+    """
+    limited = m.actuator_ctrllimited.astype(bool)
+    low = np.where(limited, m.actuator_ctrlrange[:, 0], -unlimited).astype(np.float32)
+    high = np.where(limited, m.actuator_ctrlrange[:, 1], unlimited).astype(np.float32)
+    return low, high

@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import mujoco
-import numpy as np
 from mujoco import mjx
+
+from mjxrunner.models import action_bounds  # noqa: F401 - re-exported for tasks
 
 ObservationFn = Callable[[mjx.Model, mjx.Data], jax.Array]
 """``observation(model, data) -> (obs_dim,)`` float array of one world."""
@@ -110,14 +110,3 @@ class Task:
     def replace(self, **changes) -> Task:
         """A copy with some fields changed (e.g. a shorter ``max_episode_steps``)."""
         return dataclasses.replace(self, **changes)
-
-
-def action_bounds(m: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
-    """``(low, high)``, each ``(nu,)`` float32, from the actuators' ``ctrlrange``.
-
-    Actuators without a control limit get ``-inf``/``+inf``.
-    """
-    limited = m.actuator_ctrllimited.astype(bool)
-    low = np.where(limited, m.actuator_ctrlrange[:, 0], -np.inf).astype(np.float32)
-    high = np.where(limited, m.actuator_ctrlrange[:, 1], np.inf).astype(np.float32)
-    return low, high
