@@ -5,7 +5,7 @@ Run from the repository root (``make bench`` does this)::
     .venv/bin/python -m benchmarks.run                  # CPU suite
     .venv/bin/python -m benchmarks.run --device cuda    # GPU suite, up to 16384 worlds
 
-Each suite entry runs :func:`mjxrunner.bench.run` and writes
+Each suite entry runs :func:`mjxrunner.tools.bench.run` and writes
 ``<machine>-<model>.json`` and ``.png`` (``machine`` is ``cpu``, or ``gpu-`` and the
 device kind); then ``results/README.md`` is rebuilt from every report in the folder,
 so results from different machines sit side by side with their backend identity.
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import jax
 
-from mjxrunner import backend, bench, models
+from mjxrunner import backend, models
+from mjxrunner.tools import bench
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -97,7 +98,7 @@ def summary(reports: list[dict]) -> str:
         lines += [
             f"## {machine}",
             "",
-            f"- backend: `{bench.describe_backend(first['backend'])}`",
+            f"- backend: `{backend.describe_backend(first['backend'])}`",
             f"- host: {first['host']['cpu']}, {first['host']['native_threads']} threads for native",
         ]
         for r in group:

@@ -96,13 +96,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _describe(info: dict) -> str:
-    from mjxrunner.bench import describe_backend
+    from mjxrunner.backend import describe_backend
 
     return describe_backend(info)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from mjxrunner import backend, bench
+    from mjxrunner import backend
+    from mjxrunner.tools import bench
 
     if args.host_devices is not None:
         backend.force_host_devices(args.host_devices)  # before JAX starts its backends
@@ -133,7 +134,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _variant_list(text: str) -> list[str]:
-    from mjxrunner.bench import VARIANTS
+    from mjxrunner.tools.bench import VARIANTS
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS]
@@ -178,7 +179,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    from mjxrunner.bench import VARIANTS
+    from mjxrunner.tools.bench import VARIANTS
 
     p = _Parser(prog="mjxrunner", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)

@@ -5,7 +5,8 @@ import json
 import pytest
 from conftest import slider_xml
 
-from mjxrunner import MultiEnvRunner, bench, cli
+from mjxrunner import MultiEnvRunner, cli
+from mjxrunner.tools import bench
 
 
 def test_run_prints_a_summary(capsys):
