@@ -38,10 +38,7 @@ def _run(args: argparse.Namespace) -> int:
     fallen = _fallen(args.model) if args.model in models.list() else None
     rng = np.random.default_rng(args.seed)
     nu = runner.action_dim()
-    low, high = -np.ones(nu), np.ones(nu)
-    limited = runner.mj_model.actuator_ctrllimited.astype(bool)
-    low[limited] = runner.mj_model.actuator_ctrlrange[limited, 0]
-    high[limited] = runner.mj_model.actuator_ctrlrange[limited, 1]
+    low, high = models.action_bounds(runner.mj_model, unlimited=1.0)
 
     def one_step() -> int:
         runner.set_actions(rng.uniform(low, high, (args.num_envs, nu)))

@@ -58,7 +58,7 @@ from mujoco import mjx
 
 from mjxrunner import backend, checks
 from mjxrunner.backend import describe_backend
-from mjxrunner.models import load_any
+from mjxrunner.models import action_bounds, load_any
 
 __all__ = [
     "NATIVE",
@@ -569,10 +569,12 @@ def _source_sha256(model: Any) -> str | None:
 
 def random_actions(m: mujoco.MjModel, n_steps: int, num_envs: int, seed: int) -> np.ndarray:
     """``(n_steps, num_envs, nu)`` uniform controls within ``ctrlrange`` (``[-1, 1]``
-    where unlimited), in the MJX float dtype."""
-    low, high = -np.ones(m.nu), np.ones(m.nu)
-    limited = m.actuator_ctrllimited.astype(bool)
-    low[limited], high[limited] = m.actuator_ctrlrange[limited].T
+    where unlimited), in the MJX float dtype.
+
+    The draws are those of every earlier version (one ``uniform`` call on a fresh
+    generator), so recorded results stay comparable.
+    """
+    low, high = action_bounds(m, unlimited=1.0)
     rng = np.random.default_rng(seed)
     return rng.uniform(low, high, (n_steps, num_envs, m.nu)).astype(backend.float_dtype())
 
