@@ -6,18 +6,42 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from mujoco import mjx
 
-def _fallen(name: str):
-    """A rule that says which worlds to reset, for the scenes that have one."""
-    if name == "cartpole":
-        return lambda qpos: np.abs(qpos[:, 1]) > 0.8  # pole beyond ~45 degrees
-    return None
+    from mjxrunner.tasks import Task
+
+DEFAULT_MAX_EPISODE_STEPS = 500
+"""``run``'s time limit for a scene without a registered task."""
+
+
+def _task(name: str) -> Task | None:
+    """The scene's first registered task (by name), or None: MJCF paths have none."""
+    from mjxrunner import tasks
+
+    found = tasks.for_model(name)
+    return found[0] if found else None
+
+
+def _terminated_fn(task: Task, model: mjx.Model) -> Callable[[mjx.Data], np.ndarray]:
+    """``data -> (num_envs,)`` bool NumPy: where ``task.terminated`` holds, one jitted call.
+
+    ``model`` stays put during ``run`` (no parameters are set), so it is flattened once
+    here: handing the ``mjx.Model`` to the jitted call every step would run MJX's
+    Python flattener each time, which costs more than the check itself.
+    """
+    import jax
+
+    leaves, treedef = jax.tree.flatten(model)
+    batched = jax.vmap(task.terminated, in_axes=(None, 0))  # shared model, batched data
+    fn = jax.jit(lambda flat, data: batched(jax.tree.unflatten(treedef, flat), data))
+    return lambda data: np.asarray(fn(leaves, data), bool)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -34,8 +58,16 @@ def _run(args: argparse.Namespace) -> int:
         video = Path(args.video)
         if video.suffix.lower() not in (".mp4", ".gif") or not video.parent.is_dir():
             raise ValueError(f"--video must be an .mp4 or .gif in an existing folder, got {video}")
-    runner = MultiEnvRunner(args.model, args.num_envs, impl=args.impl, seed=args.seed)
-    fallen = _fallen(args.model) if args.model in models.list() else None
+    task = _task(args.model)
+    if args.max_episode_steps is not None:
+        max_steps = args.max_episode_steps
+    else:
+        max_steps = task.max_episode_steps if task is not None else DEFAULT_MAX_EPISODE_STEPS
+    keyframe = task.keyframe if task is not None else None  # resets return there too
+    runner = MultiEnvRunner(
+        args.model, args.num_envs, impl=args.impl, seed=args.seed, keyframe=keyframe
+    )
+    terminated = _terminated_fn(task, runner.model) if task is not None else None
     rng = np.random.default_rng(args.seed)
     nu = runner.action_dim()
     low, high = models.action_bounds(runner.mj_model, unlimited=1.0)
@@ -43,15 +75,15 @@ def _run(args: argparse.Namespace) -> int:
     def one_step() -> int:
         runner.set_actions(rng.uniform(low, high, (args.num_envs, nu)))
         runner.step()
-        done = runner.episode_length >= args.max_episode_steps
-        if fallen is not None:
-            done |= fallen(np.asarray(runner.data.qpos))
+        done = runner.episode_length >= max_steps
+        if terminated is not None:
+            done |= terminated(runner.data)
         if done.any():
             runner.reset(done)
         return int(done.sum())
 
     t0 = time.perf_counter()
-    one_step()  # compiles step and reset
+    one_step()  # compiles the step and the done check (the reset below compiles reset)
     runner.reset(np.ones(args.num_envs, bool))
     jax.block_until_ready(runner.data)
     compile_s = time.perf_counter() - t0
@@ -71,6 +103,8 @@ def _run(args: argparse.Namespace) -> int:
         "compile_s": compile_s,
         "run_s": run_s,
         "episodes_finished": episodes,
+        "task": task.name if task is not None else None,
+        "max_episode_steps": max_steps,
         "backend": runner.backend_info,
     }
     if args.video is not None:
@@ -86,10 +120,17 @@ def _run(args: argparse.Namespace) -> int:
             f"\n{summary['env_steps_per_s']:,.0f} env steps/s over {args.steps} steps "
             f"({run_s:.1f} s, compile time excluded)\n"
             f"compile + first step: {compile_s:.1f} s\n"
-            f"episodes finished: {episodes}\n"
+            f"episodes finished: {episodes} ({_done_rule(summary)})\n"
             f"backend: {_describe(summary['backend'])}"
         )
     return 0
+
+
+def _done_rule(summary: dict) -> str:
+    """What ended the episodes of a ``run`` summary, in words."""
+    limit = f"{summary['max_episode_steps']} steps"
+    task = summary["task"]
+    return f"task {task} terminated or {limit}" if task else f"time limit {limit}, no task"
 
 
 def _describe(info: dict) -> str:
@@ -187,7 +228,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=_positive, default=1000)
     run.add_argument("--impl", choices=("jax", "warp"), default="jax")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--max-episode-steps", type=_positive, default=500)
+    run.add_argument(
+        "--max-episode-steps",
+        type=_positive,
+        metavar="N",
+        help="reset a world after N steps; it is also reset when the scene's task says it "
+        f"terminated (default: the task's limit, or {DEFAULT_MAX_EPISODE_STEPS} without a task)",
+    )
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.add_argument("--video", metavar="OUT.mp4", help="also record a video of some worlds")
     run.set_defaults(func=_run)

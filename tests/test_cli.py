@@ -5,7 +5,7 @@ import json
 import pytest
 from conftest import slider_xml
 
-from mjxrunner import MultiEnvRunner, cli
+from mjxrunner import MultiEnvRunner, cli, tasks
 from mjxrunner.tools import bench
 
 
@@ -17,10 +17,34 @@ def test_run_prints_a_summary(capsys):
     assert out["backend"]["impl"] == "jax"
 
 
-def test_run_resets_fallen_cartpoles(capsys):
-    assert cli.main(["run", "cartpole", "--num-envs", "4", "--steps", "200", "--json"]) == 0
+def test_run_resets_worlds_the_task_says_ended(capsys):
+    # The time limit is out of reach, so only the task's termination ends episodes.
+    argv = ["run", "cartpole", "--num-envs", "4", "--steps", "100", "--json"]
+    assert cli.main([*argv, "--max-episode-steps", "1000"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["episodes_finished"] > 0  # random pushes topple the pole within 200 steps
+    assert out["task"] == "cartpole_balance" and out["max_episode_steps"] == 1000
+    assert out["episodes_finished"] > 0  # random pushes tip the pole past the task's angle
+
+
+def test_run_takes_the_time_limit_from_the_task(capsys):
+    argv = ["run", "cartpole", "--num-envs", "4", "--steps", "20", "--json"]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["task"] == "cartpole_balance"
+    assert out["max_episode_steps"] == tasks.get("cartpole_balance").max_episode_steps
+
+
+def test_run_without_a_task_has_only_the_time_limit(tmp_path, capsys):
+    scene = tmp_path / "slider.xml"
+    scene.write_text(slider_xml(2))
+    argv = ["run", str(scene), "--num-envs", "4", "--steps", "20", "--json"]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["task"] is None and out["max_episode_steps"] == cli.DEFAULT_MAX_EPISODE_STEPS
+    assert out["episodes_finished"] == 0
+    assert cli.main([*argv[:-1], "--max-episode-steps", "5"]) == 0  # the text summary
+    # Every world ends every 5 steps: 4 worlds x 4 episodes.
+    assert "episodes finished: 16 (time limit 5 steps, no task)" in capsys.readouterr().out
 
 
 def test_info_and_models(capsys):
@@ -36,6 +60,7 @@ def test_info_and_models(capsys):
     [
         ["run", "cartpole", "--num-envs", "0"],
         ["run", "cartpole", "--impl", "cpp"],
+        ["run", "cartpole", "--max-episode-steps", "0"],
         ["run"],
         ["nonsense"],
         ["run", "cartpole", "--num-envs"],
