@@ -14,6 +14,7 @@ import numpy as np
 from mujoco import mjx
 
 from mjxrunner import checks, cpu_linalg
+from mjxrunner.errors import CapacityOverflowError, CapacityWarning  # noqa: F401 - public here
 
 IMPLS = ("jax", "warp")
 
@@ -408,14 +409,6 @@ def describe_backend(info: dict[str, Any]) -> str:
         + (f" linalg={info['cpu_linalg']}" if info.get("cpu_linalg") else "")
         + f" | {versions}"
     )
-
-
-class CapacityOverflowError(RuntimeError):
-    """A Warp buffer (contacts, constraint rows, ...) was too small for a step."""
-
-
-class CapacityWarning(RuntimeWarning):
-    """A Warp buffer overflowed and the runner's policy is ``"warn"``."""
 
 
 # Which constructor option raises the capacity behind each Warp overflow bit.

@@ -8,21 +8,32 @@ code runs a model whose parameters are shared or given per world.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from mujoco import mjx
 
-from mjxrunner import health
+from mjxrunner import backend, guards, health
 from mjxrunner.state import RunnerState
-from mjxrunner.worlds import num_worlds, select_worlds, world_axes
+from mjxrunner.worlds import num_worlds, select_worlds, tree_of, world_axes
 
 Policy = Callable[[RunnerState, jax.Array], jax.Array]
 
 
-def init(data: mjx.Data, num_envs: int, key: jax.Array, nu: int) -> RunnerState:
+DEFAULT_GUARDS = guards.standard()
+"""The guards of a state built without naming any: instability (truncate), Warp
+overflow (raise), non-finite controls (truncate)."""
+
+
+def init(
+    data: mjx.Data,
+    num_envs: int,
+    key: jax.Array,
+    nu: int,
+    guards: Sequence[guards.Guard] = DEFAULT_GUARDS,
+) -> RunnerState:
     """Copies single-world ``data`` into ``num_envs`` worlds with fresh counters.
 
     Args:
@@ -30,6 +41,7 @@ def init(data: mjx.Data, num_envs: int, key: jax.Array, nu: int) -> RunnerState:
       num_envs: number of worlds.
       key: a PRNG key (typed or raw), split into one key per world.
       nu: number of actuators.
+      guards: the guards the state keeps flags and counts for (their names matter).
 
     Returns:
       The batched state, controls taken from ``data.ctrl``.
@@ -43,11 +55,16 @@ def init(data: mjx.Data, num_envs: int, key: jax.Array, nu: int) -> RunnerState:
         episode_length=jnp.zeros((num_envs,), jnp.int32),
         terminated=jnp.zeros((num_envs,), bool),
         truncated=jnp.zeros((num_envs,), bool),
-        rng=_raw_keys(jax.random.split(key, num_envs)),
+        rng=init_keys(key, num_envs),
         overflow=jnp.zeros((num_envs,), jnp.int32),
-        unstable=jnp.zeros((num_envs,), bool),
-        health=health.HealthCounts.zeros(num_envs),
+        tripped={g.name: jnp.zeros((num_envs,), bool) for g in guards},
+        health=health.HealthCounts.zeros(num_envs, [g.name for g in guards]),
     )
+
+
+def init_keys(key: jax.Array, num_envs: int) -> jax.Array:
+    """``(num_envs, 2)`` uint32: world ``i``'s stream starts at ``split(key, num_envs)[i]``."""
+    return _raw_keys(jax.random.split(key, num_envs))
 
 
 def _raw_keys(keys: jax.Array) -> jax.Array:
@@ -57,20 +74,9 @@ def _raw_keys(keys: jax.Array) -> jax.Array:
     return keys
 
 
-def _overflow(data: mjx.Data) -> jax.Array | None:
-    """MJX-Warp's per-world overflow bitmask, or None for impl "jax"."""
-    return getattr(data._impl, "overflow", None)
-
-
 def capacity_bits() -> int:
-    """The Warp overflow bits that mean a buffer was too small.
-
-    Solver iteration-limit bits are left out: they report convergence, not lost
-    contacts or constraints.
-    """
-    from mujoco.mjx.third_party.mujoco_warp._src.types import OverflowType
-
-    return int(OverflowType.ALL & ~(OverflowType.ITERATIONS | OverflowType.LS_ITERATIONS))
+    """See :func:`mjxrunner.backend.capacity_bits`."""
+    return backend.capacity_bits()
 
 
 def physics_step(
@@ -90,10 +96,9 @@ def physics_step(
       The advanced batched data and the ``(num_envs,)`` int32 bitmask of Warp
       capacities that overflowed during this step (zeros for impl "jax").
     """
+    model = tree_of(model)
     num_envs = ctrl.shape[0]
-    overflow = _overflow(data)
-    if overflow is not None:  # Warp ORs flags in; clear them so they say "this step"
-        data = data.tree_replace({"_impl.overflow": jnp.zeros_like(overflow)})
+    data = backend.clear_overflow(data)  # Warp ORs flags in: report this step only
     data = data.replace(ctrl=ctrl.astype(data.ctrl.dtype))
     if dt is not None:
         timestep = jnp.broadcast_to(dt / substeps, (num_envs,))
@@ -101,31 +106,10 @@ def physics_step(
     one_step = jax.vmap(mjx.step, in_axes=(world_axes(model), 0))
     # The scan is outside the vmap, so MJX-Warp's batched FFI call sees the whole batch.
     data, _ = jax.lax.scan(lambda d, _: (one_step(model, d), None), data, None, length=substeps)
-    overflow = _overflow(data)
-    if overflow is None:
-        return data, jnp.zeros((num_envs,), jnp.int32)
-    return data, (overflow & capacity_bits()).astype(jnp.int32)
+    return data, backend.overflow_bits(data)
 
 
-def contact_count(data: mjx.Data) -> jax.Array:
-    """``(num_envs,)`` int32: contacts per world that enter the constraint solver.
-
-    impl "jax" keeps one slot per candidate pair and marks the active ones by
-    ``dist < includemargin``; impl "warp" keeps a pool of ``nacon`` contacts for
-    all worlds, each tagged with its world.
-    """
-    num_envs = data.qpos.shape[0]
-    impl = data._impl
-    if hasattr(impl, "contact__worldid"):
-        active = (jnp.arange(impl.contact__worldid.shape[0]) < impl.nacon[0]) & (
-            impl.contact__dist < impl.contact__includemargin
-        )
-        world = jnp.where(active, impl.contact__worldid, num_envs)
-        return jnp.bincount(world, length=num_envs + 1)[:num_envs].astype(jnp.int32)
-    contact = data._impl.contact
-    if contact.dist.shape[-1] == 0:
-        return jnp.zeros((num_envs,), jnp.int32)
-    return jnp.sum(contact.dist < contact.includemargin, axis=-1).astype(jnp.int32)
+contact_count = backend.contact_count
 
 
 def step(
@@ -135,39 +119,48 @@ def step(
     substeps: int = 1,
     truncate_on_overflow: bool = False,
     check: health.Check | None = health.Check(),  # noqa: B008 - frozen, hashable
+    guards: Sequence[guards.Guard] | None = None,
 ) -> RunnerState:
-    """One step of every world with the controls in ``state.ctrl``.
+    """One step of every world with the controls in ``state.ctrl``, then the guards.
 
     Args:
-      model: ``mjx.Model``.
+      model: ``mjx.Model`` (or :class:`~mjxrunner.worlds.FlatModel`).
       state: the current state.
       dt: step length; None means ``substeps * timestep``.
       substeps: solver calls per step (static).
-      truncate_on_overflow: mark a world whose Warp buffers overflowed as
-        truncated, so the next reset replaces it (static).
-      check: which worlds count as unstable, and whether they are truncated
-        (static, see :class:`mjxrunner.health.Check`); None skips the test.
+      truncate_on_overflow: with ``guards=None``, the overflow guard's policy is
+        ``"truncate"`` (else ``"raise"``, left to the host) (static).
+      check: with ``guards=None``, the instability guard (None: none) (static).
+      guards: the guards to run (static); None builds them from the two arguments
+        above.
 
     Returns:
-      The new state; ``state.overflow`` holds this step's overflow bits and
-      ``state.unstable`` the worlds that blew up, both counted in ``state.health``.
-      Other flags are left as they are: a task or the caller decides termination.
+      The new state: ``overflow`` holds this step's Warp overflow bits, ``tripped``
+      each guard's flags, ``health`` counts each new trip, and worlds of guards with
+      policy ``"truncate"`` are ``truncated``. Other flags are left as they are: a
+      task or the caller decides termination.
     """
+    if guards is None:
+        guards = legacy_guards(check, truncate_on_overflow)
     data, overflow = physics_step(model, state.data, state.ctrl, dt, substeps)
-    truncated = state.truncated | (overflow != 0) if truncate_on_overflow else state.truncated
-    unstable, events = state.unstable, None
-    if check is not None:
-        unstable = health.unstable(data, check.max_qvel)
-        events = unstable if state.unstable is None else unstable & ~state.unstable
-        truncated = truncated | unstable if check.truncate else truncated
+    tripped, new, truncate = _guards.after_step(guards, data, state.tripped)
     return state.replace(
         data=data,
         episode_length=state.episode_length + 1,
         overflow=overflow,
-        truncated=truncated,
-        unstable=unstable,
-        health=health.after_step(state.health, events, overflow),
+        truncated=state.truncated | truncate,
+        tripped=tripped,
+        health=health.after_step(state.health, new),
     )
+
+
+_guards = guards
+
+
+def legacy_guards(check: health.Check | None, truncate_on_overflow: bool) -> tuple:
+    """The guards that ``check`` and ``truncate_on_overflow`` stood for."""
+    overflow = _guards.overflow(policy="truncate" if truncate_on_overflow else "raise")
+    return (overflow,) if check is None else (check.guard(), overflow)
 
 
 def parse_mask(mask: Any, num_envs: int) -> tuple[jax.Array, jax.Array]:
@@ -230,14 +223,10 @@ def reset_selected(
 
 def kept_by_reset(state: RunnerState, default: RunnerState) -> RunnerState:
     """``default`` with what a reset never restores taken from ``state``: the RNG
-    and the health counters. A snapshot without an instability flag (one built by
-    hand) restores it as False."""
-    unstable = default.unstable
-    if state.unstable is None:
-        unstable = None
-    elif unstable is None:
-        unstable = jnp.zeros_like(state.unstable)
-    return default.replace(rng=state.rng, health=state.health, unstable=unstable)
+    and the health counters. Guard flags are restored cleared, whatever the
+    snapshot holds (a snapshot built by hand may have none)."""
+    tripped = {k: jnp.zeros_like(v) for k, v in state.tripped.items()}
+    return default.replace(rng=state.rng, health=state.health, tripped=tripped)
 
 
 def qpos_qvel(state: RunnerState) -> tuple[jax.Array, jax.Array]:
@@ -254,6 +243,7 @@ def rollout(
     substeps: int = 1,
     record: Callable[[RunnerState], Any] = qpos_qvel,
     check: health.Check | None = health.Check(),  # noqa: B008 - frozen, hashable
+    guards: Sequence[guards.Guard] | None = None,
 ) -> tuple[RunnerState, Any]:
     """Runs ``n_steps`` steps on device in one ``lax.scan``.
 
@@ -270,18 +260,21 @@ def rollout(
       record: what to keep of each post-step state; stacked along a leading
         ``n_steps`` axis.
       check: as in :func:`step` (static).
+      guards: as in :func:`step` (static).
 
     Returns:
       ``(final_state, trajectory)``; ``final_state.overflow`` ORs the overflow bits
       of every step of the rollout.
     """
+    if guards is None:
+        guards = legacy_guards(check, False)
     if callable(actions_or_policy):
         policy = actions_or_policy
 
         def body(s, _):
             keys = jax.vmap(jax.random.split)(s.rng)
             s = s.replace(rng=keys[:, 0], ctrl=policy(s, keys[:, 1]).astype(s.ctrl.dtype))
-            s = _step_or(model, s, dt, substeps, check)
+            s = _step_or(model, s, dt, substeps, guards)
             return s, record(s)
 
         return jax.lax.scan(body, _no_overflow(state), None, length=n_steps)
@@ -292,7 +285,7 @@ def rollout(
         raise ValueError(f"actions must have shape {expected}, got {actions.shape}")
 
     def body(s, u):
-        s = _step_or(model, s.replace(ctrl=u.astype(s.ctrl.dtype)), dt, substeps, check)
+        s = _step_or(model, s.replace(ctrl=u.astype(s.ctrl.dtype)), dt, substeps, guards)
         return s, record(s)
 
     return jax.lax.scan(body, _no_overflow(state), actions)
@@ -302,7 +295,7 @@ def _no_overflow(state: RunnerState) -> RunnerState:
     return state.replace(overflow=jnp.zeros_like(state.overflow))
 
 
-def _step_or(model, state, dt, substeps, check=health.Check()):  # noqa: B008
+def _step_or(model, state, dt, substeps, guards):
     """A step whose overflow bits accumulate, so a rollout reports any overflow."""
-    new = step(model, state, dt, substeps, check=check)
+    new = step(model, state, dt, substeps, guards=guards)
     return new.replace(overflow=new.overflow | state.overflow)

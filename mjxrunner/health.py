@@ -1,13 +1,10 @@
-"""Unstable worlds: per-world detection of numerical blow-ups, and health counters.
+"""Health of the worlds: per-world counts of guard trips and resets, and the report.
 
-A world is *unstable* after a step when its state is no longer usable: ``qpos``,
-``qvel`` or ``qacc`` holds a NaN or Inf, or some ``|qvel|`` exceeds a bound. The
-default bound is MuJoCo's own ``mjMAXVAL`` (1e10), the value above which native
-``mj_checkVel`` declares a simulation diverged. The test is a few element-wise
-comparisons per world, run inside the compiled step (:func:`mjxrunner.core.step`).
-
-Each world is judged from its own arrays only, so one world's NaN never changes
-another world's flag, and a flagged world can be truncated and reset alone.
+The detection itself is done by guards (:mod:`mjxrunner.guards`): a world is
+*unstable* after a step when its state is no longer usable (``qpos``, ``qvel`` or
+``qacc`` holds a NaN or Inf, or some ``|qvel|`` exceeds a bound, by default
+MuJoCo's own ``mjMAXVAL``); a Warp buffer may *overflow*; a control may be
+non-finite. Each guard's trips are counted here.
 
 The counters (:class:`HealthCounts`) live in the :class:`~mjxrunner.RunnerState`
 and, like the RNG, are never restored by a reset: they count over the whole run.
@@ -21,26 +18,29 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import mujoco
 import numpy as np
-from mujoco import mjx
 
+from mjxrunner import guards
+from mjxrunner.guards import MAX_QVEL, InstabilityError, InstabilityWarning, unstable
 from mjxrunner.sharding import host_copy
 from mjxrunner.worlds import pytree_dataclass, world_field
 
-MAX_QVEL = float(mujoco.mjMAXVAL)
-"""Default bound on ``|qvel|``: MuJoCo's divergence threshold (1e10)."""
+__all__ = [
+    "MAX_QVEL",
+    "POLICIES",
+    "Check",
+    "HealthCounts",
+    "InstabilityError",
+    "InstabilityWarning",
+    "Report",
+    "count_resets",
+    "describe",
+    "unstable",
+]
 
-POLICIES = ("raise", "warn", "reset")
-"""What a runner does with an unstable world (see :class:`~mjxrunner.MultiEnvRunner`)."""
-
-
-class InstabilityError(FloatingPointError):
-    """A world's state became non-finite or ran away (policy ``"raise"``)."""
-
-
-class InstabilityWarning(RuntimeWarning):
-    """A world's state became non-finite or ran away (policy ``"warn"``)."""
+POLICIES = ("raise", "warn", "reset", "truncate")
+"""What a runner does with an unstable world (``"reset"`` is the older name of the
+guards' ``"truncate"``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,68 +70,46 @@ class Check:
             raise TypeError(f"truncate must be a bool, got {type(self.truncate).__name__}")
         object.__setattr__(self, "max_qvel", float(bound))
 
+    def guard(self) -> guards.Guard:
+        """The instability guard this check stands for."""
+        return guards.instability(self.max_qvel, "truncate" if self.truncate else "warn")
+
 
 @pytree_dataclass
 class HealthCounts:
     """Per-world event counts over a run; resets never clear them.
 
     Attributes:
-      unstable: ``(num_envs,)`` int32, times the world became unstable (a step
-        after which it was unstable and before which it was not).
-      overflow: ``(num_envs,)`` int32, steps in which a Warp buffer overflowed.
-      resets: ``(num_envs,)`` int32, resets of the world by the runner.
+      events: ``{guard name: (num_envs,) int32}``, times each guard tripped (a step
+        after which it was tripped and before which it was not).
+      resets: ``(num_envs,)`` int32, resets of the world.
     """
 
-    unstable: jax.Array = world_field(0)
-    overflow: jax.Array = world_field(0)
+    events: dict[str, jax.Array] = world_field(0)
     resets: jax.Array = world_field(0)
 
     @classmethod
-    def zeros(cls, num_envs: int) -> HealthCounts:
+    def zeros(cls, num_envs: int, names: Any = ("unstable", "overflow")) -> HealthCounts:
         z = jnp.zeros((num_envs,), jnp.int32)
-        return cls(unstable=z, overflow=z, resets=z)
+        return cls(events={name: z for name in names}, resets=z)
+
+    @property
+    def unstable(self) -> jax.Array | None:
+        """Times each world became unstable (the ``"unstable"`` guard)."""
+        return self.events.get("unstable")
+
+    @property
+    def overflow(self) -> jax.Array | None:
+        """Steps in which a Warp buffer newly overflowed (the ``"overflow"`` guard)."""
+        return self.events.get("overflow")
 
 
-def unstable(data: mjx.Data, max_qvel: float = MAX_QVEL) -> jax.Array:
-    """``(num_envs,)`` bool: worlds of batched ``data`` that blew up.
-
-    Args:
-      data: batched ``mjx.Data``.
-      max_qvel: bound on ``|qvel|`` (static).
-
-    Returns:
-      True where ``qpos``, ``qvel`` or ``qacc`` has a NaN/Inf or ``|qvel| > max_qvel``.
-    """
-    n = data.qpos.shape[0]
-
-    def all_finite(x):
-        return jnp.isfinite(x.reshape(n, -1)).all(axis=1)
-
-    qvel = data.qvel.reshape(n, -1)
-    # NaN fails every comparison, so the bound also catches NaN (and Inf when finite).
-    ok = all_finite(data.qpos) & all_finite(data.qacc) & (jnp.abs(qvel) <= max_qvel).all(axis=1)
-    if math.isinf(max_qvel):
-        ok = ok & jnp.isfinite(qvel).all(axis=1)
-    return ~ok
-
-
-def after_step(
-    counts: HealthCounts | None, events: jax.Array | None, overflow: jax.Array
-) -> HealthCounts | None:
-    """Adds one step's counts (None counts stay None).
-
-    Args:
-      counts: the counters before the step.
-      events: ``(num_envs,)`` bool, worlds that became unstable in this step (None:
-        not checked).
-      overflow: ``(num_envs,)`` int32 overflow bits of this step.
-    """
+def after_step(counts: HealthCounts | None, new: dict[str, jax.Array]) -> HealthCounts | None:
+    """Adds one step's new trips, ``{guard name: (num_envs,) bool}``."""
     if counts is None:
         return None
-    unstable = counts.unstable if events is None else counts.unstable + events.astype(jnp.int32)
-    return counts.replace(
-        unstable=unstable, overflow=counts.overflow + (overflow != 0).astype(jnp.int32)
-    )
+    events = {k: v + new[k].astype(jnp.int32) if k in new else v for k, v in counts.events.items()}
+    return counts.replace(events=events)
 
 
 def count_resets(counts: HealthCounts | None, done: jax.Array) -> HealthCounts | None:
@@ -143,50 +121,64 @@ def count_resets(counts: HealthCounts | None, done: jax.Array) -> HealthCounts |
 
 @dataclasses.dataclass(frozen=True)
 class Report:
-    """A NumPy snapshot of a runner's health (``MultiEnvRunner.health``).
+    """A NumPy snapshot of a runner's or env's health (``runner.health``).
 
     Attributes:
-      unstable: ``(num_envs,)`` bool, worlds unstable after the last step.
-      unstable_count: ``(num_envs,)`` int32, times each world became unstable.
+      tripped: ``{guard name: (num_envs,) bool}``, worlds that tripped each guard in
+        the last step.
+      counts: ``{guard name: (num_envs,) int32}``, times each world tripped each guard.
       overflow: ``(num_envs,)`` int32, Warp overflow bits of the last step.
-      overflow_count: ``(num_envs,)`` int32, steps with a Warp overflow.
       reset_count: ``(num_envs,)`` int32, resets of each world.
     """
 
-    unstable: np.ndarray
-    unstable_count: np.ndarray
+    tripped: dict[str, np.ndarray]
+    counts: dict[str, np.ndarray]
     overflow: np.ndarray
-    overflow_count: np.ndarray
     reset_count: np.ndarray
 
     @classmethod
     def from_state(cls, state: Any) -> Report:
         """Host copies of the state's flags and counters (gathered if sharded)."""
-        counts = state.health
-        return cls(
-            unstable=host_copy(state.unstable).astype(bool),
-            unstable_count=host_copy(counts.unstable),
-            overflow=host_copy(state.overflow),
-            overflow_count=host_copy(counts.overflow),
-            reset_count=host_copy(counts.resets),
-        )
+        tripped = {k: host_copy(v).astype(bool) for k, v in state.tripped.items()}
+        counts = {k: host_copy(v) for k, v in state.health.events.items()}
+        return cls(tripped, counts, host_copy(state.overflow), host_copy(state.health.resets))
+
+    def _flag(self, name: str) -> np.ndarray:
+        return self.tripped.get(name, np.zeros(self.reset_count.shape, bool))
+
+    def _count(self, name: str) -> np.ndarray:
+        return self.counts.get(name, np.zeros(self.reset_count.shape, np.int32))
+
+    @property
+    def unstable(self) -> np.ndarray:
+        """``(num_envs,)`` bool, worlds unstable after the last step."""
+        return self._flag("unstable")
+
+    @property
+    def unstable_count(self) -> np.ndarray:
+        """``(num_envs,)`` int32, times each world became unstable."""
+        return self._count("unstable")
+
+    @property
+    def overflow_count(self) -> np.ndarray:
+        """``(num_envs,)`` int32, times a Warp buffer of each world overflowed."""
+        return self._count("overflow")
 
     def totals(self) -> dict[str, int]:
-        """Sums over worlds: for logging."""
-        return {
-            "unstable_now": int(self.unstable.sum()),
-            "unstable_events": int(self.unstable_count.sum()),
-            "overflow_now": int(np.count_nonzero(self.overflow)),
-            "overflow_steps": int(self.overflow_count.sum()),
-            "resets": int(self.reset_count.sum()),
-        }
+        """Sums over worlds, for logging: per guard ``<name>_now`` (worlds tripped in
+        the last step) and ``<name>_events``, and ``resets``. The instability guard
+        also appears as ``unstable_now``/``unstable_events``, the overflow guard as
+        ``overflow_now``/``overflow_steps``."""
+        out: dict[str, int] = {}
+        for name in self.counts:
+            out[f"{name}_now"] = int(self._flag(name).sum())
+            out[f"{name}_events"] = int(self._count(name).sum())
+        out["overflow_now"] = int(np.count_nonzero(self.overflow))
+        out["overflow_steps"] = int(self.overflow_count.sum())
+        out["resets"] = int(self.reset_count.sum())
+        return out
 
 
 def describe(worlds: np.ndarray, check: Check) -> str:
     """A message naming the unstable worlds and the ways out."""
-    shown = worlds[:10].tolist() + (["..."] if len(worlds) > 10 else [])
-    return (
-        f"{len(worlds)} world(s) {shown} became unstable: NaN/Inf in qpos/qvel/qacc or "
-        f"|qvel| > {check.max_qvel:g}. Lower the timestep or the controls, raise "
-        "max_qvel, or use instability_policy='reset' to truncate and reset them."
-    )
+    return guards.Unstable(check.max_qvel).message(worlds, None)

@@ -124,21 +124,29 @@ def on_worlds(
     *args: Any,
     per_world: Sequence[int] = (),
     out_specs: Callable[[Any], Any] | None = None,
+    replicated: Sequence[int] = (),
 ) -> Any:
     """Calls ``fn(*args)``; with a mesh, under ``shard_map`` over the worlds axis.
 
     Specs come from the world-axis rule; the positional args listed in
     ``per_world`` (e.g. a ``(num_envs,)`` done mask, which declares nothing) are
-    split along the worlds axis whole; ``out_specs`` maps the output's shapes to
+    split along the worlds axis whole, those in ``replicated`` (e.g. a pool of
+    starts, whose leading axis is not the world axis) are replicated whole;
+    ``out_specs`` maps the output's shapes to
     specs where the rule cannot know (e.g. a trajectory). ``check_vma=False``:
     MJX's internal ``cond``s are not typed for varying manual axes.
     """
     if mesh is None:
         return fn(*args)
-    in_specs = tuple(
-        jax.tree.map(lambda _: PartitionSpec(AXIS), a) if i in per_world else specs(a)
-        for i, a in enumerate(args)
-    )
+
+    def spec(i, a):
+        if i in per_world:
+            return jax.tree.map(lambda _: PartitionSpec(AXIS), a)
+        if i in replicated:
+            return jax.tree.map(lambda _: PartitionSpec(), a)
+        return specs(a)
+
+    in_specs = tuple(spec(i, a) for i, a in enumerate(args))
     shapes = jax.eval_shape(fn, *args)
     out = specs(shapes) if out_specs is None else out_specs(shapes)
     mapped = jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out, check_vma=False)

@@ -29,10 +29,10 @@ class RunnerState:
         never rewind it.
       overflow: ``(num_envs,)`` int32, the Warp capacity-overflow bits of the last
         step (``OverflowType`` flags; always 0 for impl "jax").
-      unstable: ``(num_envs,)`` bool, the world's state was non-finite or ran away
-        after the last step (see :mod:`mjxrunner.health`). Resets clear it.
-      health: :class:`~mjxrunner.health.HealthCounts`, per-world counts of
-        instabilities, overflows and resets; like ``rng``, never restored by a reset.
+      tripped: ``{guard name: (num_envs,) bool}``, the worlds each guard flagged
+        after the last step (see :mod:`mjxrunner.guards`). Resets clear them.
+      health: :class:`~mjxrunner.health.HealthCounts`, per-world counts of each
+        guard's trips and of resets; like ``rng``, never restored by a reset.
       user: the user's own pytree (None by default). Its leaves follow the
         world-axis rule: declared dataclass fields are per world, bare arrays shared.
     """
@@ -44,10 +44,15 @@ class RunnerState:
     truncated: jax.Array = world_field(0)
     rng: jax.Array = world_field(1)
     overflow: jax.Array = world_field(0, default=None)
-    unstable: jax.Array = world_field(0, default=None)
+    tripped: dict[str, jax.Array] = world_field(0, default_factory=dict)
     health: HealthCounts | None = None
     user: Any = None
 
     @property
     def num_envs(self) -> int:
         return self.ctrl.shape[0]
+
+    @property
+    def unstable(self) -> jax.Array | None:
+        """``(num_envs,)`` bool: the ``"unstable"`` guard's flags of the last step."""
+        return self.tripped.get("unstable")

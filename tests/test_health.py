@@ -125,8 +125,10 @@ def test_check_none_skips_detection_and_reset_clears_the_flag(batched):
     assert not np.asarray(unchecked.unstable).any()
     np.testing.assert_array_equal(unchecked.health.unstable, 0)
     # a flagged world: reset clears its flag, keeps its count
+    counts = unchecked.health
     flagged = unchecked.replace(
-        unstable=jnp.arange(6) == 0, health=unchecked.health.replace(unstable=jnp.arange(6))
+        tripped={**unchecked.tripped, "unstable": jnp.arange(6) == 0},
+        health=counts.replace(events={**counts.events, "unstable": jnp.arange(6)}),
     )
     out = core.reset(flagged, state, jnp.array([True] + [False] * 5))
     assert not np.asarray(out.unstable).any()
