@@ -6,7 +6,7 @@ from mjxrunner import cpu_linalg
 # CPU thread pool inside an MJX step (see mjxrunner.cpu_linalg).
 cpu_linalg.install()
 
-from mjxrunner import checkpoint, core, health, models  # noqa: E402
+from mjxrunner import checkpoint, core, engine, guards, health, models  # noqa: E402
 from mjxrunner.backend import CompileCounter, backend_info  # noqa: E402
 from mjxrunner.runner import MultiEnvRunner  # noqa: E402
 from mjxrunner.state import RunnerState  # noqa: E402
@@ -30,6 +30,8 @@ __all__ = [
     "checkpoint",
     "core",
     "core_ndims",
+    "engine",
+    "guards",
     "cpu_linalg",
     "health",
     "models",

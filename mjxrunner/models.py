@@ -7,6 +7,7 @@ MJX-Warp capacities it needs, its default keyframe and the camera to render it w
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -225,6 +226,42 @@ def _check_text_includes(text: str, depth: int = 0) -> None:
             )
         if depth < 8 and _is_file(Path(name)):
             _check_text_includes(Path(name).read_text(errors="replace"), depth + 1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HostModel:
+    """A host ``MjModel`` as static configuration: equal when the model's binary
+    bytes are (so equal models share compiled functions), hashable.
+
+    Attributes:
+      mj_model: the model.
+      digest: SHA-256 of its binary (MJB) bytes.
+    """
+
+    mj_model: mujoco.MjModel
+    digest: str
+
+    @classmethod
+    def of(cls, m: mujoco.MjModel) -> HostModel:
+        return cls(m, hashlib.sha256(mjb_bytes(m).tobytes()).hexdigest())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HostModel) and other.digest == self.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+
+def mjb_bytes(m: mujoco.MjModel) -> np.ndarray:
+    """MuJoCo's binary model bytes (``mj_saveModel``): restore every value exactly."""
+    buffer = np.zeros(mujoco.mj_sizeModel(m), np.uint8)
+    mujoco.mj_saveModel(m, None, buffer)
+    return buffer
+
+
+def from_mjb(buffer: np.ndarray) -> mujoco.MjModel:
+    """The model of :func:`mjb_bytes` output."""
+    return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": np.asarray(buffer).tobytes()})
 
 
 def keyframe_id(m: mujoco.MjModel, keyframe: int | str) -> int:

@@ -248,6 +248,52 @@ class Term:
             raise ValueError("a loguniform term needs 0 < low")
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Randomization:
+    """Declared randomized parameters and when they are redrawn.
+
+    Compared by identity (a term's index may be a list, which does not hash): each
+    declaration compiles the step once.
+
+    Attributes:
+      terms: the :class:`Term` s.
+      on_reset: redraw the parameters of the worlds a reset (or restart) selects.
+      every_n_steps: if > 0, redraw a world's parameters every that many steps of
+        its episode, inside the compiled step.
+    """
+
+    terms: tuple[Term, ...]
+    on_reset: bool = True
+    every_n_steps: int = 0
+
+
+def check_randomization(
+    model: mjx.Model, terms: Sequence[Term], on_reset: Any, every_n_steps: Any
+) -> Randomization | None:
+    """A validated :class:`Randomization`, or None for no terms."""
+    from mjxrunner import checks
+
+    terms = check_terms(model, terms)
+    every_n_steps = checks.count(every_n_steps, "every_n_steps", minimum=0)
+    if not isinstance(on_reset, bool):
+        raise TypeError("on_reset and at_startup must be bools")
+    return Randomization(terms, on_reset, every_n_steps) if terms else None
+
+
+def touches_masses(rand: Randomization | None) -> bool:
+    """Whether a redraw changes masses (and so needs a :class:`Reference`)."""
+    return rand is not None and bool({t.path for t in rand.terms} & MASS_FIELDS)
+
+
+def promote(model: mjx.Model, rand: Randomization | None, num_envs: int) -> mjx.Model:
+    """``model`` with every field a redraw writes given its world axis (the drawn
+    fields, and the derived constants when masses are drawn)."""
+    if rand is None:
+        return model
+    paths = {t.path for t in rand.terms} | (set(DERIVED) if touches_masses(rand) else set())
+    return model.tree_replace({p: per_world(model, p, num_envs) for p in paths})
+
+
 def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
     """Validates terms against the model before anything is compiled."""
     terms = tuple(terms)
@@ -329,3 +375,78 @@ def randomize(
     current = model.tree_replace({p: per_world(model, p, num_envs) for p in changed})
     fresh = fresh.tree_replace({p: per_world(fresh, p, num_envs) for p in changed})
     return select_worlds(mask, fresh, current)
+
+
+# --- setting values (shared by every front door) -----------------------------------------
+
+
+def core_shape(model: mjx.Model, path: str) -> tuple[int, ...]:
+    """The shape of field ``path`` in one world."""
+    leaf = get_leaf(model, path)
+    return leaf.shape[leaf.ndim - get_leaf(core_ndims(model), path) :]
+
+
+def new_values(model: mjx.Model, path: str, values: Any, env_ids: Any, num_envs: int) -> np.ndarray:
+    """The validated host array that :func:`set_values` writes to field ``path``.
+
+    With ``env_ids=None``, ``values`` is the core shape (shared: demotes a per-world
+    field) or ``(num_envs, *core)`` (promotes it). With ``env_ids``, it is
+    ``(len(env_ids), *core)`` or the core shape (the same value for each), and the
+    other worlds keep theirs.
+
+    Raises:
+      TypeError, ValueError: the field cannot be set, or ``values`` is of the wrong
+        shape, not finite, or out of the field's physical range.
+    """
+    from mjxrunner import checks
+
+    leaf = check_settable(model, path)
+    core = core_shape(model, path)
+    if env_ids is None:
+        arr = np.asarray(values) if not isinstance(values, jax.Array) else np.array(values)
+        if arr.shape not in (core, (num_envs, *core)):
+            raise ValueError(
+                f"values for {path!r} must have shape {core} (all worlds) or "
+                f"{(num_envs, *core)} (per world), got {arr.shape}"
+            )
+        new = checks.finite_array(arr, f"values for {path!r}", arr.shape, leaf.dtype)
+    else:
+        ids = checks.env_ids(env_ids, num_envs)
+        arr = np.asarray(values)
+        shape = (len(ids), *core)
+        if arr.shape == core:
+            arr = np.broadcast_to(arr, shape)
+        vals = checks.finite_array(arr, f"values for {path!r}", shape, leaf.dtype)
+        current = np.array(leaf)
+        new = current if leaf.ndim > len(core) else np.broadcast_to(current, (num_envs, *core))
+        new = new.copy()
+        new[ids] = vals
+    check_values(path, new)
+    return new
+
+
+def field_values(model: mjx.Model, fields: Any) -> dict[str, np.ndarray]:
+    """Validated core-shaped values ``{path: value}`` for every world."""
+    from mjxrunner import checks
+
+    if not isinstance(fields, dict) or not fields:
+        raise TypeError("fields must be a non-empty dict {path: value}")
+    updates = {}
+    for path, value in fields.items():
+        leaf = check_settable(model, path)
+        arr = checks.finite_array(value, f"value for {path!r}", core_shape(model, path), leaf.dtype)
+        check_values(path, arr)
+        updates[path] = arr
+    return updates
+
+
+_recompute_jit = jax.jit(recompute_derived)
+
+
+def set_values(model: mjx.Model, updates: dict[str, Any], ref: Reference | None) -> mjx.Model:
+    """``model`` with validated ``updates`` written; mass changes rebuild the derived
+    constants (``ref`` needed then)."""
+    model = model.tree_replace(updates)
+    if set(updates) & MASS_FIELDS:
+        model = _recompute_jit(model, ref)
+    return model

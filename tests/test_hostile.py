@@ -35,7 +35,7 @@ def runner(slider3):
 
 
 def snapshot(r):
-    trees = (r.state, r._scratch, r._default, r.model, r._default_model)
+    trees = (r.state, r._scratch, r.engine.default, r.model, r.engine.default_model)
     return [np.array(x) for x in jax.tree.leaves(trees)] + [r.env_origins, r.layout]
 
 

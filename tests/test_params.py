@@ -29,14 +29,15 @@ def cartpole():
 def fresh(cartpole):
     r = cartpole
     r.set_randomization([])
-    r._default_model = MultiEnvRunner("cartpole", N)._default_model  # pristine defaults
+    pristine = MultiEnvRunner("cartpole", N).engine.default_model
+    r._eng = r._eng.replace(default_model=pristine)  # pristine defaults
     r.reset_all()
     r.clear_actions()
     return r
 
 
 def host_snapshot(r):
-    return [np.array(x) for x in jax.tree.leaves((r.state, r.model, r._default_model))]
+    return [np.array(x) for x in jax.tree.leaves((r.state, r.model, r.engine.default_model))]
 
 
 def test_promote_and_demote(fresh):
@@ -258,7 +259,8 @@ def test_user_state_follows_resets(fresh):
     assert world_mask(r.user_state)["battery"].charge
     assert not world_mask(r.user_state)["table"]["k"]  # bare arrays are shared
     drained = Battery(charge=jnp.zeros(N))
-    r._state = r.state.replace(user={"battery": drained, "table": {"k": jnp.zeros(N)}})
+    user = {"battery": drained, "table": {"k": jnp.zeros(N)}}
+    r._eng = r._eng.replace(state=r.state.replace(user=user))
     r.reset_envs([2])
     np.testing.assert_array_equal(r.user_state["battery"].charge, [0, 0, 1, 0])
     np.testing.assert_array_equal(r.user_state["table"]["k"], 0)  # shared: untouched

@@ -25,7 +25,7 @@ def fresh(runner):
 
 def snapshot(r):
     """Host copies of every buffer the runner owns."""
-    leaves = jax.tree.leaves((r.state, r._scratch, r._default, r.model))
+    leaves = jax.tree.leaves((r.state, r._scratch, r.engine.default, r.model))
     return [np.array(x) for x in leaves] + [r.env_origins, r.layout]
 
 
@@ -208,7 +208,7 @@ def test_step_double_buffers_by_donation(fresh):
     # current, scratch and default never share a buffer
     ptrs = [
         {x.unsafe_buffer_pointer() for x in jax.tree.leaves(t)}
-        for t in (r.state, r._scratch, r._default)
+        for t in (r.state, r._scratch, r.engine.default)
     ]
     assert not (ptrs[0] & ptrs[1]) and not (ptrs[0] & ptrs[2]) and not (ptrs[1] & ptrs[2])
 
@@ -339,7 +339,7 @@ def test_build_default_makes_a_new_snapshot(fresh):
     assert not r.terminated.any()
     # restore the construction defaults for the other tests
     r2 = MultiEnvRunner("cartpole", N, seed=3)
-    r._default = r2._default
+    r._eng = r._eng.replace(default=r2.engine.default)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,368 @@
+"""The engine: one pytree for a batch of worlds, and the pure functions over it.
+
+Every front door is a thin layer over this module: :class:`~mjxrunner.MultiEnvRunner`
+holds an :class:`Engine` and swaps buffers, :mod:`mjxrunner.env` adds a task and
+autoreset, the Gymnasium adapter adds NumPy. A capability written here (impl
+"warp", sharding, per-world parameters, randomization, guards) works through all
+of them.
+
+An :class:`Engine` is a pytree: its :class:`Config` (backend, number of worlds,
+guards, randomization terms, mesh) is static treedef metadata, so it can be an
+argument of a user's ``jit``; models are :class:`~mjxrunner.worlds.FlatModel`
+(leaves plus an interned treedef), the convention for every model the engine holds.
+
+The functions come in two layers:
+
+* ``*_local`` functions work on the worlds they are given: one device's slice
+  under ``shard_map``, or every world. They compose (the env calls them inside its
+  own step) and never shard themselves.
+* :func:`step`, :func:`reset`, :func:`rollout`, :func:`randomize` take an
+  :class:`Engine` and run the local functions over the config's mesh.
+
+``reset`` takes a *source of fresh worlds*: the engine's default snapshot (what
+the runner restores), or any ``RunnerState`` of the same structure (the env's draws
+from a task's ``initial_state``, a reset pool), always applied through
+:func:`mjxrunner.worlds.select_worlds`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+from mjxrunner import backend as backend_
+from mjxrunner import core, guards, health, params, sharding
+from mjxrunner.sharding import AXIS, on_worlds, specs
+from mjxrunner.state import RunnerState
+from mjxrunner.worlds import FlatModel, pytree_dataclass, select_worlds, static_field
+
+Randomization = params.Randomization
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What is fixed for a batch of worlds: static metadata of the engine pytree.
+
+    Attributes:
+      backend: impl, device, Warp graph mode and capacities.
+      num_envs: number of worlds (all devices together).
+      nu: number of actuators.
+      guards: the per-world checks after every step (:mod:`mjxrunner.guards`).
+      randomization: None, or the randomized parameters.
+      mesh: None (one device) or the 1-D ``"worlds"`` mesh the worlds are split over.
+    """
+
+    backend: backend_.Backend
+    num_envs: int
+    nu: int
+    guards: tuple[guards.Guard, ...] = core.DEFAULT_GUARDS
+    randomization: Randomization | None = None
+    mesh: Mesh | None = None
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+
+@pytree_dataclass
+class Engine:
+    """A batch of worlds: configuration, models, state and the default snapshot.
+
+    Attributes:
+      config: the static :class:`Config`.
+      model: the device model as a :class:`~mjxrunner.worlds.FlatModel`; leaves
+        shared (core shape) or per world (``(num_envs, *core)``).
+      default_model: the model that resets restore and randomization draws around.
+      state: the :class:`~mjxrunner.RunnerState` of every world.
+      default: the snapshot resets restore (counters and flags cleared).
+      ref: what rebuilding mass-derived constants needs (None until masses change).
+    """
+
+    config: Config = static_field()
+    model: FlatModel
+    default_model: FlatModel
+    state: RunnerState
+    default: RunnerState
+    ref: params.Reference | None = None
+
+    @property
+    def num_envs(self) -> int:
+        return self.config.num_envs
+
+
+def cleared(state: RunnerState) -> RunnerState:
+    """A copy of ``state`` with counters and flags cleared: a default snapshot."""
+    return jax.tree.map(jnp.copy, state).replace(
+        episode_length=jnp.zeros_like(state.episode_length),
+        terminated=jnp.zeros_like(state.terminated),
+        truncated=jnp.zeros_like(state.truncated),
+        tripped={k: jnp.zeros_like(v) for k, v in state.tripped.items()},
+    )
+
+
+def build(
+    mj_model: mujoco.MjModel,
+    config: Config,
+    *,
+    seed: int = 0,
+    keyframe: int | str | None = None,
+    start: Any = None,
+) -> Engine:
+    """An engine of ``config.num_envs`` copies of one start (host side, not jit-able).
+
+    Args:
+      mj_model: the host model (its structure is compiled into the step).
+      config: the configuration (its mesh is applied by :func:`place`).
+      seed: seeds the per-world RNG keys.
+      keyframe: the keyframe to start from (None: ``qpos0``), forwarded.
+      start: or a host ``MjData`` to start from (as it is).
+    """
+    from mjxrunner.models import start_data
+
+    b = config.backend
+    host = start_data(mj_model, keyframe) if start is None else start
+    model = FlatModel.of(b.put_model(mj_model))
+    template = b.put_data(mj_model, host)
+    with jax.default_device(b.device):
+        init = jax.jit(core.init, static_argnums=(1, 3, 4))
+        state = init(template, config.num_envs, jax.random.key(seed), config.nu, config.guards)
+    default = jax.jit(cleared)(state)
+    eng = Engine(config, model, model, state, default)
+    return eng if config.mesh is None else place(eng, config.mesh)
+
+
+def put(tree: Any, config: Config) -> Any:
+    """Places ``tree`` like the engine's buffers: on the device, or over the mesh."""
+    if config.mesh is None:
+        return jax.device_put(tree, config.backend.device)
+    return sharding.place(tree, config.mesh)
+
+
+def place(eng: Engine, mesh: Mesh | None) -> Engine:
+    """The engine with its worlds split over ``mesh`` (None: back on one device)."""
+    if mesh is not None:
+        sharding.check_divisible(eng.num_envs, mesh)
+    config = eng.config.replace(mesh=mesh)
+    return Engine(
+        config,
+        put(eng.model, config),
+        put(eng.default_model, config),
+        put(eng.state, config),
+        put(eng.default, config),
+        eng.ref,
+    )
+
+
+# --- local functions (one device's worlds) ---------------------------------------------
+
+
+def split_rng(state: RunnerState) -> tuple[RunnerState, jax.Array]:
+    """Advances every world's key; returns the state and one fresh raw key per world."""
+    keys = jax.vmap(jax.random.split)(state.rng)
+    return state.replace(rng=keys[:, 0]), keys[:, 1]
+
+
+def randomize_local(
+    config: Config,
+    model: FlatModel,
+    default_model: FlatModel,
+    ref: params.Reference | None,
+    state: RunnerState,
+    mask: jax.Array,
+) -> tuple[FlatModel, RunnerState]:
+    """Redraws the randomized parameters of the worlds in ``mask`` around the
+    default model, each from its own stream (which advances)."""
+    rand = config.randomization
+    if rand is None:
+        return model, state
+    advanced, keys = split_rng(state)
+    # Only the redrawn worlds' streams advance: a world's draws never depend on others.
+    state = state.replace(rng=jnp.where(mask[:, None], advanced.rng, state.rng))
+    new = params.randomize(model.tree, default_model.tree, keys, mask, rand.terms, ref)
+    return FlatModel.of(new), state
+
+
+def step_local(
+    config: Config,
+    model: FlatModel,
+    default_model: FlatModel | None,
+    ref: params.Reference | None,
+    state: RunnerState,
+    dt: jax.Array | None = None,
+    substeps: int = 1,
+) -> tuple[FlatModel, RunnerState]:
+    """One step of every world and its guards; redraws parameters that are due.
+
+    ``default_model`` is read only when the randomization redraws every n steps.
+    """
+    state = core.step(model, state, dt, substeps, guards=config.guards)
+    rand = config.randomization
+    if rand is not None and rand.every_n_steps:
+        due = state.episode_length % rand.every_n_steps == 0
+        model, state = randomize_local(config, model, default_model, ref, state, due)
+    return model, state
+
+
+def reset_local(
+    config: Config,
+    model: FlatModel,
+    default_model: FlatModel,
+    ref: params.Reference | None,
+    state: RunnerState,
+    fresh: Any,
+    done: jax.Array,
+    shared: jax.Array,
+) -> tuple[FlatModel, RunnerState]:
+    """Restarts the worlds in ``done``; ``shared`` also restores shared leaves.
+
+    The model's per-world leaves of those worlds come back from the default model,
+    then the randomization redraws them if it does so on reset. ``fresh`` is the
+    source of fresh worlds: a ``RunnerState``, or ``fresh(model, state) ->
+    RunnerState`` called with the restored model. Each world keeps its RNG stream
+    and health counts; resets are counted."""
+    model = FlatModel.of(select_worlds(done, default_model.tree, model.tree, shared))
+    rand = config.randomization
+    if rand is not None and rand.on_reset:
+        model, state = randomize_local(config, model, default_model, ref, state, done)
+    if callable(fresh):  # a source drawn with the new parameters (the env's restarts)
+        fresh = fresh(model, state)
+    state = core.reset_selected(state, fresh, done, shared)
+    return model, state.replace(health=health.count_resets(state.health, done))
+
+
+# --- the engine, over its mesh ---------------------------------------------------------
+
+
+def step(eng: Engine, dt: jax.Array | None = None, substeps: int = 1) -> Engine:
+    """Advances every world by one step (``dt``, in ``substeps`` solver calls)."""
+    model, state = advance(
+        eng.config, eng.model, eng.default_model, eng.ref, eng.state, dt, substeps
+    )
+    return eng.replace(model=model, state=state)
+
+
+def advance(config, model, default_model, ref, state, dt=None, substeps=1):
+    """:func:`step_local` over the config's mesh; returns ``(model, state)``."""
+    fn = lambda m, d, r, s, dt: step_local(config, m, d, r, s, dt, substeps)  # noqa: E731
+    return on_worlds(fn, config.mesh, model, default_model, ref, state, dt)
+
+
+def reset(eng: Engine, mask: Any = None, source: RunnerState | None = None) -> Engine:
+    """Restores worlds from ``source`` (None: the default snapshot).
+
+    Args:
+      eng: the engine.
+      mask: None (every world, shared leaves too), ``(num_envs,)`` bool (those
+        worlds' world-indexed leaves), or ``(num_envs + 1,)`` bool (the last entry
+        adds the shared leaves).
+      source: fresh worlds, a ``RunnerState`` of the engine's structure.
+
+    ``mask=None`` with the default snapshot returns the default model whole, so a
+    parameter promoted since the snapshot becomes shared again. The RNG is never
+    rewound.
+    """
+    model, state = restore(
+        eng.config, eng.model, eng.default_model, eng.ref, eng.state, eng.default, mask, source
+    )
+    return eng.replace(model=model, state=state)
+
+
+def restore(config, model, default_model, ref, state, default, mask=None, source=None):
+    """:func:`reset` over the engine's parts; returns ``(model, state)``."""
+    fresh = default if source is None else source
+    if mask is None and source is None:
+        # Everything, shape signature included: the default model and snapshot whole.
+        done = jnp.ones((config.num_envs,), bool)
+        state = jax.tree.map(jnp.copy, core.kept_by_reset(state, default))
+        state = state.replace(health=health.count_resets(state.health, done))
+        model = default_model
+        rand = config.randomization
+        if rand is not None and rand.on_reset:
+            model, state = redraw(config, model, default_model, ref, state, done)
+        return model, state
+    done, shared = core.parse_mask(mask, config.num_envs)
+    return on_worlds(
+        lambda m, d, r, s, f, k, sh: reset_local(config, m, d, r, s, f, k, sh),
+        config.mesh,
+        model,
+        default_model,
+        ref,
+        state,
+        fresh,
+        done,
+        shared,
+        per_world=(5,),
+    )
+
+
+def randomize(eng: Engine, mask: jax.Array) -> Engine:
+    """Redraws the randomized parameters of the worlds in ``(num_envs,)`` ``mask``."""
+    model, state = redraw(eng.config, eng.model, eng.default_model, eng.ref, eng.state, mask)
+    return eng.replace(model=model, state=state)
+
+
+def redraw(config, model, default_model, ref, state, mask):
+    """:func:`randomize` over the engine's parts; returns ``(model, state)``."""
+    fn = lambda m, d, r, s, k: randomize_local(config, m, d, r, s, k)  # noqa: E731
+    return on_worlds(fn, config.mesh, model, default_model, ref, state, mask, per_world=(4,))
+
+
+def rollout(
+    eng: Engine,
+    actions_or_policy: Any,
+    n_steps: int,
+    dt: jax.Array | None = None,
+    substeps: int = 1,
+) -> tuple[Engine, Any]:
+    """``n_steps`` steps in one ``lax.scan`` (see :func:`mjxrunner.core.rollout`).
+
+    Actions are ``(n_steps, num_envs, nu)``; the trajectory ``(qpos, qvel)`` is
+    time-major, ``(n_steps, num_envs, ...)``. The overflow bits of the final state
+    OR those of every step.
+    """
+    state, trajectory = roll(
+        eng.config, eng.model, eng.state, actions_or_policy, n_steps, dt, substeps
+    )
+    return eng.replace(state=state), trajectory
+
+
+def roll(config, model, state, actions_or_policy, n_steps, dt=None, substeps=1):
+    """:func:`rollout` over the engine's parts; returns ``(state, trajectory)``."""
+
+    # Actions and the trajectory are time-major: their world axis is the second one.
+    def time_major(shapes):
+        return specs(shapes[0]), jax.tree.map(lambda _: PartitionSpec(None, AXIS), shapes[1])
+
+    run = lambda m, s, u, dt: core.rollout(  # noqa: E731
+        m, s, u, n_steps, dt, substeps, guards=config.guards
+    )
+    if callable(actions_or_policy):
+        policy = lambda m, s, dt: run(m, s, actions_or_policy, dt)  # noqa: E731
+        return on_worlds(policy, config.mesh, model, state, dt, out_specs=time_major)
+    by_world = jnp.swapaxes(actions_or_policy, 0, 1)  # world-major, to split it
+    fn = lambda m, s, u, dt: run(m, s, jnp.swapaxes(u, 0, 1), dt)  # noqa: E731
+    return on_worlds(
+        fn, config.mesh, model, state, by_world, dt, per_world=(2,), out_specs=time_major
+    )
+
+
+def contact_count(config: Config, data: Any) -> jax.Array:
+    """``(num_envs,)`` int32 active contacts per world (both impls)."""
+    out = lambda _: PartitionSpec(AXIS)  # noqa: E731
+    return on_worlds(backend_.contact_count, config.mesh, data, out_specs=out)
+
+
+def check_guards(config: Config, before: RunnerState, after: RunnerState) -> tuple | None:
+    """The host policies of the config's guards (see :func:`guards.check_on_host`)."""
+    return guards.check_on_host(config.guards, before, after)
+
+
+def structure(model: Any) -> tuple[Any, list[tuple[int, ...]]]:
+    """What a compiled step depends on: the treedef (static fields) and leaf shapes."""
+    model = model.tree if isinstance(model, FlatModel) else model
+    return jax.tree.structure(model), [np.shape(x) for x in jax.tree.leaves(model)]
