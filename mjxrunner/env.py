@@ -34,8 +34,19 @@ cheaper per step when the start needs a forward pass, but episodes then begin fr
 only ``pool_size`` distinct states, drawn once, with the model the pool was made
 with.
 
-Numerical blow-ups: a world whose ``qpos`` or ``qvel`` turns NaN/Inf is flagged in
-``nonfinite`` and ``truncated`` (it cannot go on), so autoreset restarts it.
+Everything the runner can do, the env can do, with the same arguments: impl
+"warp" with its capacities, ``devices=`` (every function runs under ``shard_map``
+over the ``"worlds"`` axis, restarts included), per-world parameters
+(:meth:`Env.with_param`) and randomization redrawn on every restart
+(:meth:`Env.with_randomization`), guards (:mod:`mjxrunner.guards`) and checkpoints
+(:func:`save`, :func:`load`). The engine (:mod:`mjxrunner.engine`) does the work.
+
+Guards: a world that trips a guard with policy ``"truncate"`` (by default the
+instability guard, the Warp overflow guard and the non-finite-action guard) is
+``truncated`` in that step, so autoreset restarts it; ``nonfinite`` shows the
+instability guard's flags. Policies ``"warn"`` and ``"raise"`` are applied by the
+stateful front doors (:class:`~mjxrunner.gym.MjxVectorEnv`); inside your own
+``jit`` they only flag and count (``state.runner.tripped``, ``state.runner.health``).
 """
 
 from __future__ import annotations
@@ -49,12 +60,21 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import backend, checks, core
+from mjxrunner import backend, checks, core, engine, health, params, sharding
+from mjxrunner import guards as guards_
 from mjxrunner import tasks as tasks_
-from mjxrunner.models import load_any
+from mjxrunner.models import HostModel, action_bounds, keyframe_id, load_any, start_data
+from mjxrunner.sharding import on_worlds
 from mjxrunner.state import RunnerState
-from mjxrunner.tasks.base import Task, action_bounds
-from mjxrunner.worlds import pytree_dataclass, static_field, world_axes, world_field, world_mask
+from mjxrunner.tasks.base import Task
+from mjxrunner.worlds import (
+    FlatModel,
+    pytree_dataclass,
+    static_field,
+    world_axes,
+    world_field,
+    world_mask,
+)
 
 AUTORESET_MODES = ("next_step", "same_step", "disabled")
 NEXT_STEP, SAME_STEP, DISABLED = range(3)  # codes of the modes in ``Env.mode``
@@ -92,17 +112,17 @@ class EnvState:
 
     Attributes:
       runner: the :class:`RunnerState`: batched data, controls (the clipped last
-        action), ``episode_length``, ``terminated``, ``truncated`` and per-world raw
-        ``uint32`` keys ``(num_envs, 2)``.
+        action), ``episode_length``, ``terminated``, ``truncated``, per-world raw
+        ``uint32`` keys ``(num_envs, 2)``, guard flags and health counts.
       obs: ``(num_envs, obs_dim)`` observation to act on next.
       reward: ``(num_envs,)`` reward of the last step.
       final_obs: ``(num_envs, obs_dim)`` observation at the end of the last step,
         before any restart. Equal to ``obs`` except where ``final_mask``.
       final_mask: ``(num_envs,)`` bool, worlds restarted in the same step
         (``"same_step"`` mode only); their terminal observation is ``final_obs``.
-      nonfinite: ``(num_envs,)`` bool, worlds whose state became NaN/Inf in the last
-        step (they are also ``truncated``).
       stats: per-world :class:`EpisodeStats`.
+      model: the current model when the env randomizes parameters (redrawn for
+        each restarted world), else None (the env's own model).
     """
 
     runner: RunnerState
@@ -110,8 +130,8 @@ class EnvState:
     reward: jax.Array = world_field(0)
     final_obs: jax.Array = world_field(1)
     final_mask: jax.Array = world_field(0)
-    nonfinite: jax.Array = world_field(0)
-    stats: EpisodeStats
+    stats: EpisodeStats = None
+    model: FlatModel | None = None
 
     @property
     def terminated(self) -> jax.Array:
@@ -120,13 +140,19 @@ class EnvState:
 
     @property
     def truncated(self) -> jax.Array:
-        """``(num_envs,)`` bool: the last step hit the time limit (or blew up)."""
+        """``(num_envs,)`` bool: the last step hit the time limit (or a guard)."""
         return self.runner.truncated
 
     @property
     def done(self) -> jax.Array:
         """``(num_envs,)`` bool: ``terminated | truncated``."""
         return self.runner.terminated | self.runner.truncated
+
+    @property
+    def nonfinite(self) -> jax.Array:
+        """``(num_envs,)`` bool: worlds the instability guard flagged in the last step
+        (NaN/Inf or runaway state; they are also ``truncated``)."""
+        return self.runner.tripped["unstable"]
 
     @property
     def episode_length(self) -> jax.Array:
@@ -143,31 +169,44 @@ class Env:
     """A task on ``num_envs`` worlds; build it with :func:`make`.
 
     A pytree: the arrays are children (so an ``Env`` can be a traced argument of
-    ``jit``), the task and the number of worlds are static. The autoreset mode is
-    an array, not a static setting: one compiled step serves all three modes, so
-    switching modes (training with ``"same_step"``, evaluating with ``"disabled"``)
-    never recompiles.
+    ``jit``); the task, the engine's :class:`~mjxrunner.engine.Config` and the host
+    model are static. The autoreset mode is an array, not a static setting: one
+    compiled step serves all three modes, so switching modes (training with
+    ``"same_step"``, evaluating with ``"disabled"``) never recompiles.
 
     Attributes:
       task: the :class:`Task` (static).
-      num_envs: number of worlds (static).
-      mode: ``()`` int32 code of the autoreset mode (index into
-        ``AUTORESET_MODES``); read it as :attr:`autoreset`.
-      model: device ``mjx.Model``; leaves shared or with a leading world axis.
+      config: backend, number of worlds, guards, randomization, mesh (static).
+      host: the host model (static, compared by content).
+      mode: ``()`` int32 code of the autoreset mode; read it as :attr:`autoreset`.
+      model: the device model (:class:`~mjxrunner.worlds.FlatModel`); leaves shared
+        or with a leading world axis. Restarts restore it, randomization draws
+        around it.
       start: one world's default start (the task's keyframe, forwarded), unbatched.
       low: ``(nu,)`` lower action bounds (``-inf`` where unlimited).
       high: ``(nu,)`` upper action bounds.
       pool: None, or cached starts with a leading ``(pool_size,)`` axis.
+      ref: what rebuilding mass-derived constants needs (None unless masses change).
     """
 
     task: Task = static_field()
-    num_envs: int = static_field()
+    config: engine.Config = static_field()
+    host: HostModel = static_field()
     mode: jax.Array
-    model: mjx.Model
+    model: FlatModel
     start: mjx.Data
     low: jax.Array
     high: jax.Array
     pool: mjx.Data | None = None
+    ref: params.Reference | None = None
+
+    @property
+    def num_envs(self) -> int:
+        return self.config.num_envs
+
+    @property
+    def impl(self) -> str:
+        return self.config.backend.impl
 
     @property
     def autoreset(self) -> str:
@@ -187,13 +226,18 @@ class Env:
 
     @property
     def observation_size(self) -> int:
-        shape = jax.eval_shape(self.task.observation, self.model, self.start).shape
+        shape = jax.eval_shape(self.task.observation, self.model.tree, self.start).shape
         return shape[0]
 
     @property
     def pool_size(self) -> int:
         """Number of cached starts (0: every restart draws a fresh one)."""
         return 0 if self.pool is None else self.pool.qpos.shape[0]
+
+    @property
+    def mesh(self) -> Any:
+        """The ``"worlds"`` mesh the env is split over (None: one device)."""
+        return self.config.mesh
 
     def reset(self, key: jax.Array) -> EnvState:
         """See :func:`reset`."""
@@ -222,7 +266,55 @@ class Env:
             raise ValueError("a reset pool needs a model without per-world parameters")
         keys = jax.random.key_data(jax.random.split(key, size))
         pool = jax.jit(_draw_starts, static_argnums=3)(self.model, self.start, keys, self.task)
-        return self.replace(pool=pool)
+        return self.replace(pool=engine.put(pool, self.config.replace(mesh=None)))
+
+    def with_param(self, path: str, values: Any, env_ids: Any = None) -> Env:
+        """A copy with model field ``path`` set for all worlds or per world.
+
+        The same arguments and rules as :meth:`MultiEnvRunner.set_param`; restarts
+        keep the new values (they are the env's model). Changing values never
+        recompiles; promoting or demoting a field compiles once.
+        """
+        new = params.new_values(self.model.tree, path, values, env_ids, self.num_envs)
+        env = self._with_ref({path})
+        model = params.set_values(env.model.tree, {path: new}, env.ref)
+        return env.replace(model=engine.put(FlatModel.of(model), self.config))
+
+    def with_randomization(
+        self, terms: Any, *, on_reset: bool = True, every_n_steps: int = 0
+    ) -> Env:
+        """A copy that redraws parameters (``mjxrunner.params.Term``) around its model.
+
+        Args:
+          terms: a sequence of ``Term``; empty turns randomization off.
+          on_reset: redraw a world's parameters on every reset and restart.
+          every_n_steps: if > 0, also redraw every that many steps of an episode.
+
+        States then carry their current model (``EnvState.model``); draws start from
+        the env's model, so values never drift. Compiles the step once.
+        """
+        rand = params.check_randomization(self.model.tree, terms, on_reset, every_n_steps)
+        env = self._with_ref({t.path for t in rand.terms} if rand else set())
+        return env.replace(config=env.config.replace(randomization=rand))
+
+    def _with_ref(self, paths: set[str]) -> Env:
+        if self.ref is not None or not paths & params.MASS_FIELDS:
+            return self
+        ref = params.Reference.build(self.host.mj_model, self.config.backend.device)
+        return self.replace(ref=engine.put(ref, self.config.replace(mesh=None)))
+
+    def shard(self, devices: Any) -> Env:
+        """A copy split over ``devices`` (see :meth:`MultiEnvRunner.shard`); states
+        from :func:`reset` of the copy are split too."""
+        mesh = None if devices is None else sharding.make_mesh(devices)
+        if mesh is not None:
+            sharding.check_divisible(self.num_envs, mesh)
+        config = self.config.replace(mesh=mesh)
+        placed = {
+            f: engine.put(getattr(self, f), config)
+            for f in ("mode", "model", "start", "low", "high")
+        }
+        return self.replace(config=config, **placed)
 
 
 def _mode_code(autoreset: Any) -> int:
@@ -243,6 +335,16 @@ def make(
     model: mujoco.MjModel | str | os.PathLike | None = None,
     reset_pool: int = 0,
     pool_seed: int = 0,
+    graph_mode: str | None = None,
+    naconmax: int | None = None,
+    njmax: int | None = None,
+    naccdmax: int | None = None,
+    nvmax: int | None = None,
+    overflow_policy: str = "truncate",
+    instability_policy: str = "truncate",
+    max_qvel: float = health.MAX_QVEL,
+    guards: Any = (),
+    devices: Any = None,
 ) -> Env:
     """Builds an :class:`Env`: loads the scene, puts it on device, forwards the start.
 
@@ -250,14 +352,18 @@ def make(
       task: a :class:`Task` or a registered task name (``mjxrunner.tasks.list()``).
       num_envs: number of worlds, ``>= 1``.
       autoreset: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
-      impl: MJX implementation; ``"jax"`` (``"warp"`` is not supported yet, as in
-        :class:`~mjxrunner.MultiEnvRunner`).
+      impl: MJX implementation, ``"jax"`` or ``"warp"``.
       device: None (JAX's default), a ``jax.Device`` or a platform name.
       model: the scene to use instead of ``task.model`` (an ``MjModel``, a name, a
         path or MJCF text), e.g. an edited copy with the same joints.
       reset_pool: if > 0, restarts draw from this many cached starts
         (see :meth:`Env.with_reset_pool`).
       pool_seed: seed of the cached starts.
+      graph_mode, naconmax, njmax, naccdmax, nvmax: Warp options, as for
+        :class:`~mjxrunner.MultiEnvRunner`.
+      overflow_policy, instability_policy, max_qvel, guards: the guards, as for the
+        runner; the env's policies default to ``"truncate"`` (autoreset restarts).
+      devices: None, or devices to split the worlds over (see :meth:`Env.shard`).
 
     Raises:
       TypeError, ValueError: an argument of the wrong kind or out of range.
@@ -268,39 +374,51 @@ def make(
         raise TypeError(f"task must be a mjxrunner.tasks.Task or a name, got {type(task)}")
     num_envs = checks.count(num_envs, "num_envs")
     mode = _mode_code(autoreset)
-    impl = backend.check_impl(impl)
-    if impl == "warp":
-        raise NotImplementedError("impl 'warp' is not supported by the env yet")
+    backend.check_impl(impl)
     reset_pool = checks.count(reset_pool, "reset_pool", minimum=0)
     pool_seed = checks.count(pool_seed, "pool_seed", minimum=0)
-    device = backend.resolve_device(device)
-
     m = load_any(task.model if model is None else model)
-    backend.check_supported(m, impl)
     if m.nu == 0:
         raise ValueError(f"task {task.name!r}: the model has no actuators to act with")
-    d = mujoco.MjData(m)
     if task.keyframe is not None:
-        key_id = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, task.keyframe)
-        if key_id < 0:
+        try:
+            keyframe_id(m, task.keyframe)
+        except ValueError:
             names = [m.key(k).name for k in range(m.nkey)]
-            raise ValueError(f"task {task.name!r}: no keyframe {task.keyframe!r}; has {names}")
-        mujoco.mj_resetDataKeyframe(m, d, key_id)
-    mujoco.mj_forward(m, d)
+            raise ValueError(
+                f"task {task.name!r}: no keyframe {task.keyframe!r}; has {names}"
+            ) from None
+    b = backend.Backend.make(
+        m, num_envs, impl, device, graph_mode, naconmax, njmax, naccdmax, nvmax
+    )
+    config = engine.Config(
+        b,
+        num_envs,
+        m.nu,
+        guards_.standard(
+            instability_policy=instability_policy,
+            max_qvel=max_qvel,
+            overflow_policy=overflow_policy,
+            caps=b.caps,
+            extra=guards,
+        ),
+    )
     low, high = action_bounds(m)
     dtype = backend.float_dtype()
+    put = lambda x: jax.device_put(x, b.device)  # noqa: E731
     env = Env(
         task=task,
-        num_envs=num_envs,
-        mode=jax.device_put(np.int32(mode), device),
-        model=backend.put_model(m, impl, device),
-        start=backend.put_data(m, d, impl, device),
-        low=jax.device_put(low.astype(dtype), device),
-        high=jax.device_put(high.astype(dtype), device),
+        config=config,
+        host=HostModel.of(m),
+        mode=put(np.int32(mode)),
+        model=FlatModel.of(b.put_model(m)),
+        start=b.put_data(m, start_data(m, task.keyframe)),
+        low=put(low.astype(dtype)),
+        high=put(high.astype(dtype)),
     )
     if reset_pool:
         env = env.with_reset_pool(reset_pool, jax.random.key(pool_seed))
-    return env
+    return env if devices is None else env.shard(devices)
 
 
 # --- restarting worlds -------------------------------------------------------------
@@ -313,8 +431,9 @@ def _start_one(model: mjx.Model, start: mjx.Data, raw_key: jax.Array, task: Task
     return mjx.forward(model, data) if task.forward_on_reset else data
 
 
-def _draw_starts(model: mjx.Model, start: mjx.Data, raw_keys: jax.Array, task: Task) -> mjx.Data:
+def _draw_starts(model: Any, start: mjx.Data, raw_keys: jax.Array, task: Task) -> mjx.Data:
     """Fresh starts for a batch of raw keys ``(n, 2)``; model leaves shared or per world."""
+    model = FlatModel.of(model).tree
     return jax.vmap(_start_one, in_axes=(world_axes(model), None, 0, None))(
         model, start, raw_keys, task
     )
@@ -335,43 +454,49 @@ def _pick(mask: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
     return jax.vmap(jnp.where)(mask, a, b)
 
 
-def _observe(env: Env, data: mjx.Data) -> jax.Array:
-    return jax.vmap(env.task.observation, in_axes=(world_axes(env.model), 0))(env.model, data)
+def _observe(env: Env, model: FlatModel, data: mjx.Data) -> jax.Array:
+    model = model.tree
+    return jax.vmap(env.task.observation, in_axes=(world_axes(model), 0))(model, data)
 
 
-def _fresh(env: Env, runner: RunnerState) -> tuple[RunnerState, jax.Array]:
-    """Fresh starts for every world, as a cleared ``RunnerState`` and observations."""
-    rng, draw = _split_streams(runner.rng)
-    if env.pool is None:
-        data = _draw_starts(env.model, env.start, draw, env.task)
+def _fresh(env: Env, pool: Any, model: FlatModel, draw: jax.Array) -> RunnerState:
+    """Fresh starts for every world from raw draw keys, as a cleared ``RunnerState``."""
+    n = draw.shape[0]
+    if pool is None:
+        data = _draw_starts(model, env.start, draw, env.task)
     else:
-        size = env.pool.qpos.shape[0]
+        size = pool.qpos.shape[0]
         index = jax.vmap(lambda k: jax.random.randint(jax.random.wrap_key_data(k), (), 0, size))(
             draw
         )
-        data = jax.tree.map(lambda leaf: leaf[index], env.pool)
+        data = jax.tree.map(lambda leaf: leaf[index], pool)
     # core.init knows every field a fresh world has (counters, flags, ...): take its
-    # cleared values and put the new data and keys in.
-    cleared = core.init(env.start, env.num_envs, jax.random.key(0), env.action_size)
-    fresh = cleared.replace(data=data, rng=rng)
-    return fresh, _observe(env, data)
+    # cleared values and put the new data in.
+    cleared = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
+    return cleared.replace(data=data)
 
 
 def _restart(
-    env: Env, runner: RunnerState, obs: jax.Array, mask: jax.Array
-) -> tuple[RunnerState, jax.Array]:
-    """Restarts the worlds in ``mask``: fresh data, cleared counters, advanced keys.
+    env: Env, pool: Any, model: FlatModel, runner: RunnerState, obs: jax.Array, mask: jax.Array
+) -> tuple[FlatModel, RunnerState, jax.Array]:
+    """Restarts the worlds in ``mask`` through the engine's reset: parameters back
+    from the env's model (and redrawn if randomized), fresh data, cleared counters,
+    advanced keys. Skipped (``lax.cond``) when ``mask`` selects no world."""
 
-    Skipped (``lax.cond``) when ``mask`` selects no world.
-    """
+    def restart(model, runner, obs):
+        rng, draw = _split_streams(runner.rng)
+        runner = runner.replace(rng=_pick(mask, rng, runner.rng))  # restarted ones advance
+        source = lambda m, _: _fresh(env, pool, m, draw)  # noqa: E731 - drawn with new params
+        model, runner = engine.reset_local(
+            env.config, model, env.model, env.ref, runner, source, mask, jnp.asarray(False)
+        )
+        return model, runner, _pick(mask, _observe(env, model, runner.data), obs)
 
-    def restart(runner, obs):
-        fresh, fresh_obs = _fresh(env, runner)
-        out = core.reset(runner, fresh, mask)  # keeps every world's key ...
-        rng = _pick(mask, fresh.rng, runner.rng)  # ... then advances the restarted ones
-        return out.replace(rng=rng), _pick(mask, fresh_obs, obs)
-
-    return jax.lax.cond(jnp.any(mask), restart, lambda r, o: (r, o), runner, obs)
+    # Both branches must return the same shapes: give the redrawn fields their world
+    # axis first (a no-op once they have it).
+    model = FlatModel.of(params.promote(model.tree, env.config.randomization, mask.shape[0]))
+    keep = lambda m, r, o: (m, r, o)  # noqa: E731
+    return jax.lax.cond(jnp.any(mask), restart, keep, model, runner, obs)
 
 
 # --- the functional API --------------------------------------------------------------
@@ -389,6 +514,33 @@ def _zeros_stats(n: int, dtype: Any) -> EpisodeStats:
     )
 
 
+def _carried(env: Env, model: FlatModel) -> FlatModel | None:
+    """What a state carries of the model: its own only when parameters are redrawn."""
+    return None if env.config.randomization is None else model
+
+
+def _sharded(fn, env: Env, *args: Any, per_world: tuple[int, ...] = ()) -> Any:
+    """``fn(env, pool, *args)`` on each device's worlds (see ``sharding.on_worlds``).
+
+    The env's arrays are shared, but for a per-world model; the reset pool's leading
+    axis counts starts, not worlds, so it is replicated whole.
+    """
+    if env.mesh is None:
+        return fn(env, env.pool, *args)
+    if env.pool is None:
+        body = lambda e, *a: fn(e, None, *a)  # noqa: E731
+        return on_worlds(body, env.mesh, env, *args, per_world=tuple(i + 1 for i in per_world))
+    return on_worlds(
+        fn,
+        env.mesh,
+        env.replace(pool=None),
+        env.pool,
+        *args,
+        per_world=tuple(i + 2 for i in per_world),
+        replicated=(1,),
+    )
+
+
 def reset(env: Env, key: jax.Array) -> EnvState:
     """Starts every world afresh; statistics cleared.
 
@@ -400,19 +552,25 @@ def reset(env: Env, key: jax.Array) -> EnvState:
     Returns:
       The first state: ``obs`` of the fresh starts, reward 0, flags False.
     """
-    runner = core.init(env.start, env.num_envs, key, env.action_size)
-    all_worlds = jnp.ones((env.num_envs,), bool)
-    fresh, obs = _fresh(env, runner)
-    runner = core.reset(runner, fresh, all_worlds).replace(rng=fresh.rng)
+    keys = core.init_keys(key, env.num_envs)  # split here, whole: not per device
+    return _sharded(_reset_local, env, keys, per_world=(0,))
+
+
+def _reset_local(env: Env, pool: Any, keys: jax.Array) -> EnvState:
+    n = keys.shape[0]
+    runner = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
+    runner = runner.replace(rng=keys)
+    obs = _observe(env, env.model, runner.data)  # a placeholder of the right shape
+    model, runner, obs = _restart(env, pool, env.model, runner, obs, jnp.ones((n,), bool))
     dtype = runner.data.qpos.dtype
     return EnvState(
         runner=runner,
         obs=obs,
-        reward=jnp.zeros((env.num_envs,), dtype),
+        reward=jnp.zeros((n,), dtype),
         final_obs=obs,
-        final_mask=jnp.zeros((env.num_envs,), bool),
-        nonfinite=jnp.zeros((env.num_envs,), bool),
-        stats=_zeros_stats(env.num_envs, dtype),
+        final_mask=jnp.zeros((n,), bool),
+        stats=_zeros_stats(n, dtype),
+        model=_carried(env, model),
     )
 
 
@@ -437,28 +595,38 @@ def step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
       env: the env.
       state: the state returned by :func:`reset` or the last :func:`step`.
       action: ``(num_envs, nu)``; clipped to the action bounds before use (the
-        reward sees the clipped action).
+        reward sees the clipped action). A NaN/Inf action trips the
+        non-finite-action guard: that world is truncated and restarted.
 
     Returns:
       The next state. ``reward``, ``terminated`` and ``truncated`` describe this
       step; statistics count each episode once, when it ends.
     """
     action = _check_action(env, action)
-    task, model = env.task, env.model
+    return _sharded(_step_local, env, state, action, per_world=(1,))
+
+
+def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvState:
+    task = env.task
     prev = state.runner
+    model = env.model if state.model is None else state.model
     dtype = prev.data.qpos.dtype
     action = jnp.clip(action.astype(dtype), env.low, env.high)
     prev_done = prev.terminated | prev.truncated
     next_step, same_step = env.mode == NEXT_STEP, env.mode == SAME_STEP
 
-    runner = core.step(model, prev.replace(ctrl=action), None, task.substeps)
-    axes = world_axes(model)
-    obs = _observe(env, runner.data)
-    reward = jax.vmap(task.reward, in_axes=(axes, 0, 0, 0))(model, prev.data, action, runner.data)
+    # The guards' truncations of this step alone (not last step's flags).
+    cleared = prev.replace(ctrl=action, truncated=jnp.zeros_like(prev.truncated))
+    model, runner = engine.step_local(
+        env.config, model, env.model, env.ref, cleared, None, task.substeps
+    )
+    tree = model.tree
+    axes = world_axes(tree)
+    obs = _observe(env, model, runner.data)
+    reward = jax.vmap(task.reward, in_axes=(axes, 0, 0, 0))(tree, prev.data, action, runner.data)
     reward = reward.astype(dtype)
-    terminated = jax.vmap(task.terminated, in_axes=(axes, 0))(model, runner.data).astype(bool)
-    finite = jnp.isfinite(runner.data.qpos).all(axis=1) & jnp.isfinite(runner.data.qvel).all(axis=1)
-    truncated = (runner.episode_length >= task.max_episode_steps) | ~finite
+    terminated = jax.vmap(task.terminated, in_axes=(axes, 0))(tree, runner.data).astype(bool)
+    truncated = (runner.episode_length >= task.max_episode_steps) | runner.truncated
     done = terminated | truncated
 
     # A world whose last step ended its episode is stale now (restarted below in
@@ -479,7 +647,7 @@ def step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
     # One compiled step serves every mode: the mode only chooses which worlds restart.
     restart = jnp.where(next_step, prev_done, same_step & done)
     runner = runner.replace(terminated=terminated, truncated=truncated)
-    restarted, new_obs = _restart(env, runner, obs, restart)
+    model, restarted, new_obs = _restart(env, pool, model, runner, obs, restart)
     # "same_step" reports the episode that just ended; "next_step" clears the flags.
     runner = restarted.replace(
         terminated=jnp.where(same_step, terminated, restarted.terminated),
@@ -492,8 +660,8 @@ def step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
         reward=jnp.where(next_step & prev_done, 0.0, reward).astype(dtype),
         final_obs=_pick(final_mask, obs, new_obs),
         final_mask=final_mask,
-        nonfinite=~finite & ~(next_step & prev_done),  # restarted worlds are fine again
         stats=stats.replace(episode_return=jnp.where(restart, 0.0, episode_return).astype(dtype)),
+        model=_carried(env, model),
     )
 
 
@@ -514,20 +682,36 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
         raise ValueError(
             f"mask must be bool of shape ({env.num_envs},), got {mask.dtype} {mask.shape}"
         )
-    runner, obs = _restart(env, state.runner, state.obs, mask)
+    return _sharded(_reset_worlds_local, env, state, mask, per_world=(1,))
+
+
+def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -> EnvState:
+    model = env.model if state.model is None else state.model
+    model, runner, obs = _restart(env, pool, model, state.runner, state.obs, mask)
     return state.replace(
         runner=runner,
         obs=obs,
         reward=jnp.where(mask, 0.0, state.reward).astype(state.reward.dtype),
         final_obs=_pick(mask, obs, state.final_obs),
         final_mask=state.final_mask & ~mask,
-        nonfinite=state.nonfinite & ~mask,
         stats=state.stats.replace(
             episode_return=jnp.where(mask, 0.0, state.stats.episode_return).astype(
                 state.stats.episode_return.dtype
             )
         ),
+        model=_carried(env, model),
     )
+
+
+def health_report(state: EnvState) -> health.Report:
+    """NumPy snapshot of every guard's flags and counts and the restart counts."""
+    return health.Report.from_state(state.runner)
+
+
+def check_guards(env: Env, before: EnvState, after: EnvState) -> tuple | None:
+    """The ``"warn"``/``"raise"`` guard policies of one step, on the host (see
+    :func:`mjxrunner.guards.check_on_host`); for stateful front doors."""
+    return guards_.check_on_host(env.config.guards, before.runner, after.runner)
 
 
 def episode_statistics(state: EnvState) -> dict[str, Any]:
@@ -554,6 +738,29 @@ def episode_statistics(state: EnvState) -> dict[str, Any]:
     out["mean_return"] = float(out["return_sum"].sum() / episodes) if episodes else float("nan")
     out["mean_length"] = float(out["length_sum"].sum() / episodes) if episodes else float("nan")
     return out
+
+
+# --- checkpoints -----------------------------------------------------------------------
+
+
+def save(path: str | os.PathLike, env: Env, state: EnvState) -> None:
+    """Writes ``env`` and ``state`` to ``path`` atomically (see
+    :mod:`mjxrunner.checkpoint`); :func:`load` continues the run bit for bit."""
+    from mjxrunner import checkpoint
+
+    checkpoint.save_env(path, env, state)
+
+
+def load(path: str | os.PathLike, **kwargs: Any) -> tuple[Env, EnvState]:
+    """``(env, state)`` from a checkpoint written by :func:`save`.
+
+    Keyword arguments as :func:`mjxrunner.checkpoint.load_env`: ``task`` (when it
+    is not registered under its saved name), ``device``, ``devices`` (to split the
+    worlds over), ``guards`` (user guards, which are not saved), ``user_template``.
+    """
+    from mjxrunner import checkpoint
+
+    return checkpoint.load_env(path, **kwargs)
 
 
 # Compiled once per process and shared (the gym adapter uses them): the env is an

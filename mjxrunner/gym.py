@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from mjxrunner import checks
+from mjxrunner import checks, guards
 from mjxrunner import env as env_
 from mjxrunner.tasks.base import Task
 
@@ -63,10 +63,18 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         (``"NextStep"``, ``"SameStep"``, ``"Disabled"``) or the env's name for it
         (``"next_step"``, ``"same_step"``, ``"disabled"``).
       seed: seed of the first :meth:`reset` when it is given none.
-      impl: MJX implementation (``"jax"``).
+      impl: MJX implementation, ``"jax"`` or ``"warp"``.
       device: None, a ``jax.Device`` or a platform name.
       model: a scene to use instead of the task's (see :func:`mjxrunner.env.make`).
       reset_pool: if > 0, restarts draw from this many cached starts.
+      **options: every other option of :func:`mjxrunner.env.make`, passed through:
+        Warp capacities and ``graph_mode``, ``overflow_policy``,
+        ``instability_policy``, ``max_qvel``, ``guards``, ``devices``. Guards with
+        policy ``"warn"`` or ``"raise"`` are applied after each step; ``"raise"``
+        keeps the state of before the step.
+
+    Per-world parameters and randomization: :meth:`set_param` and
+    :meth:`set_randomization`, as on the runner.
 
     Spaces: ``single_observation_space`` is an unbounded float32 ``Box``;
     ``single_action_space`` is a float32 ``Box`` of the actuators' ``ctrlrange``
@@ -86,6 +94,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         device: Any = None,
         model: mujoco.MjModel | str | os.PathLike | None = None,
         reset_pool: int = 0,
+        **options: Any,
     ):
         mode = _autoreset_mode(autoreset_mode)
         self._seed = checks.count(seed, "seed", minimum=0)
@@ -98,6 +107,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             model=model,
             reset_pool=reset_pool,
             pool_seed=self._seed,
+            **options,
         )
         self.num_envs = self.env.num_envs
         self.autoreset_mode = mode
@@ -112,6 +122,31 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._state: env_.EnvState | None = None
         self._done = np.zeros((self.num_envs,), bool)
+        self._host_guards = bool(guards.host_policies(self.env.config.guards))
+
+    def set_param(self, path: str, values: Any, env_ids: Any = None) -> None:
+        """Sets a model field for all worlds or per world (see
+        :meth:`mjxrunner.MultiEnvRunner.set_param`); restarts keep the values."""
+        self.env = self.env.with_param(path, values, env_ids)
+
+    def set_randomization(
+        self, terms: Any, *, on_reset: bool = True, every_n_steps: int = 0
+    ) -> None:
+        """Redraws parameters on every restart (see :meth:`Env.with_randomization`);
+        takes effect from the next :meth:`reset` without a mask."""
+        self.env = self.env.with_randomization(
+            terms, on_reset=on_reset, every_n_steps=every_n_steps
+        )
+        self._state = None
+
+    @property
+    def health(self) -> Any:
+        """NumPy snapshot of every guard's flags and counts (:class:`health.Report`)."""
+        return env_.health_report(self.state)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the env and its state (see :func:`mjxrunner.env.save`)."""
+        env_.save(path, self.env, self.state)
 
     @property
     def state(self) -> env_.EnvState:
@@ -200,8 +235,12 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
                 "autoreset_mode DISABLED reset them with reset(options={'reset_mask': ...}) "
                 "before stepping"
             )
-        state = env_.jit_step(self.env, state, actions)
-        self._state = state
+        new = env_.jit_step(self.env, state, actions)
+        found = env_.check_guards(self.env, state, new) if self._host_guards else None
+        if found is not None:  # "raise": the state of before the step stays current
+            guard, worlds = found
+            raise guard.error(guard.message(worlds, new.runner))
+        self._state = state = new
         obs, reward, terminated, truncated, final_obs, final_mask = jax.device_get(
             (
                 state.obs,
