@@ -38,6 +38,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from mjxrunner import backend as backend_
 from mjxrunner import core, guards, health, params, sharding
+from mjxrunner import guards as guards_  # configure's ``guards`` argument shadows it
 from mjxrunner.sharding import AXIS, on_worlds, specs
 from mjxrunner.state import RunnerState
 from mjxrunner.worlds import FlatModel, pytree_dataclass, select_worlds, static_field
@@ -93,6 +94,38 @@ class Engine:
     @property
     def num_envs(self) -> int:
         return self.config.num_envs
+
+
+def configure(
+    m: mujoco.MjModel,
+    num_envs: int,
+    *,
+    impl: str = "jax",
+    device: Any = None,
+    graph_mode: str | None = None,
+    naconmax: int | None = None,
+    njmax: int | None = None,
+    naccdmax: int | None = None,
+    nvmax: int | None = None,
+    overflow_policy: str = "raise",
+    instability_policy: str = "truncate",
+    max_qvel: float = guards.MAX_QVEL,
+    guards: Any = (),
+) -> Config:
+    """The validated :class:`Config` of every front door, from the options they
+    share (see :class:`~mjxrunner.MultiEnvRunner` for their meaning)."""
+    b = backend_.Backend.make(
+        m, num_envs, impl, device, graph_mode, naconmax, njmax, naccdmax, nvmax
+    )
+    standard = guards_.standard(
+        instability_policy=instability_policy,
+        max_qvel=max_qvel,
+        # impl "jax" never overflows: no host read-back for a guard that cannot trip
+        overflow_policy=overflow_policy if b.impl == "warp" else "truncate",
+        caps=b.caps,
+        extra=guards,
+    )
+    return Config(b, num_envs, m.nu, standard)
 
 
 def cleared(state: RunnerState) -> RunnerState:

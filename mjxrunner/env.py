@@ -388,21 +388,22 @@ def make(
             raise ValueError(
                 f"task {task.name!r}: no keyframe {task.keyframe!r}; has {names}"
             ) from None
-    b = backend.Backend.make(
-        m, num_envs, impl, device, graph_mode, naconmax, njmax, naccdmax, nvmax
-    )
-    config = engine.Config(
-        b,
+    config = engine.configure(
+        m,
         num_envs,
-        m.nu,
-        guards_.standard(
-            instability_policy=instability_policy,
-            max_qvel=max_qvel,
-            overflow_policy=overflow_policy,
-            caps=b.caps,
-            extra=guards,
-        ),
+        impl=impl,
+        device=device,
+        graph_mode=graph_mode,
+        naconmax=naconmax,
+        njmax=njmax,
+        naccdmax=naccdmax,
+        nvmax=nvmax,
+        overflow_policy=overflow_policy,
+        instability_policy=instability_policy,
+        max_qvel=max_qvel,
+        guards=guards,
     )
+    b = config.backend
     low, high = action_bounds(m)
     dtype = backend.float_dtype()
     put = lambda x: jax.device_put(x, b.device)  # noqa: E731

@@ -13,7 +13,6 @@ and, like the RNG, are never restored by a reset: they count over the whole run.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -61,14 +60,10 @@ class Check:
     truncate: bool = True
 
     def __post_init__(self):
-        bound = self.max_qvel
-        if isinstance(bound, bool) or not isinstance(bound, (int, float, np.floating)):
-            raise TypeError(f"max_qvel must be a real number, got {type(bound).__name__}")
-        if math.isnan(bound) or bound <= 0:
-            raise ValueError(f"max_qvel must be > 0 (inf allowed), got {bound}")
+        bound = guards.Unstable(self.max_qvel).max_qvel  # validates it
         if not isinstance(self.truncate, bool):
             raise TypeError(f"truncate must be a bool, got {type(self.truncate).__name__}")
-        object.__setattr__(self, "max_qvel", float(bound))
+        object.__setattr__(self, "max_qvel", bound)
 
     def guard(self) -> guards.Guard:
         """The instability guard this check stands for."""

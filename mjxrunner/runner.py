@@ -113,24 +113,21 @@ class MultiEnvRunner:
         num_envs = checks.count(num_envs, "num_envs")
         seed = checks.count(seed, "seed", minimum=0)
         backend.check_impl(impl)
-        guards_.check_policy(overflow_policy, "overflow_policy")
-        guards_.check_policy(instability_policy, "instability_policy", extra=("reset",))
         mj_model = copy.copy(load_any(model))  # later edits of the caller's model stay there
-        b = backend.Backend.make(
-            mj_model, num_envs, impl, device, graph_mode, naconmax, njmax, naccdmax, nvmax
-        )
-        config = engine.Config(
-            b,
+        config = engine.configure(
+            mj_model,
             num_envs,
-            mj_model.nu,
-            guards_.standard(
-                instability_policy=instability_policy,
-                max_qvel=max_qvel,
-                # impl "jax" never overflows: no read-back for a guard that cannot trip
-                overflow_policy=overflow_policy if impl == "warp" else "truncate",
-                caps=b.caps,
-                extra=guards,
-            ),
+            impl=impl,
+            device=device,
+            graph_mode=graph_mode,
+            naconmax=naconmax,
+            njmax=njmax,
+            naccdmax=naccdmax,
+            nvmax=nvmax,
+            overflow_policy=overflow_policy,
+            instability_policy=instability_policy,
+            max_qvel=max_qvel,
+            guards=guards,
         )
         if keyframe is not None:
             from mjxrunner.models import keyframe_id
