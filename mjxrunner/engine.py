@@ -191,6 +191,32 @@ def place(eng: Engine, mesh: Mesh | None) -> Engine:
     )
 
 
+# --- parameters (host side) -------------------------------------------------------------
+
+
+def with_ref(
+    config: Config, ref: params.Reference | None, mj_model: mujoco.MjModel, paths: Any
+) -> params.Reference | None:
+    """``ref``, built now if it is None and ``paths`` touch masses (whose derived
+    constants need it)."""
+    if ref is not None or not set(paths) & params.MASS_FIELDS:
+        return ref
+    return put(params.Reference.build(mj_model, config.backend.device), config.replace(mesh=None))
+
+
+def write_params(
+    config: Config,
+    model: FlatModel,
+    ref: params.Reference | None,
+    mj_model: mujoco.MjModel,
+    updates: dict[str, np.ndarray],
+) -> tuple[FlatModel, params.Reference | None]:
+    """``model`` with validated ``updates`` (see :func:`params.new_values`) written and
+    placed; mass changes rebuild the derived constants. Returns ``(model, ref)``."""
+    ref = with_ref(config, ref, mj_model, updates)
+    return put(FlatModel.of(params.set_values(model.tree, updates, ref)), config), ref
+
+
 # --- local functions (one device's worlds) ---------------------------------------------
 
 

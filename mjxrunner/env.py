@@ -276,9 +276,10 @@ class Env:
         recompiles; promoting or demoting a field compiles once.
         """
         new = params.new_values(self.model.tree, path, values, env_ids, self.num_envs)
-        env = self._with_ref({path})
-        model = params.set_values(env.model.tree, {path: new}, env.ref)
-        return env.replace(model=engine.put(FlatModel.of(model), self.config))
+        model, ref = engine.write_params(
+            self.config, self.model, self.ref, self.host.mj_model, {path: new}
+        )
+        return self.replace(model=model, ref=ref)
 
     def with_randomization(
         self, terms: Any, *, on_reset: bool = True, every_n_steps: int = 0
@@ -294,14 +295,9 @@ class Env:
         the env's model, so values never drift. Compiles the step once.
         """
         rand = params.check_randomization(self.model.tree, terms, on_reset, every_n_steps)
-        env = self._with_ref({t.path for t in rand.terms} if rand else set())
-        return env.replace(config=env.config.replace(randomization=rand))
-
-    def _with_ref(self, paths: set[str]) -> Env:
-        if self.ref is not None or not paths & params.MASS_FIELDS:
-            return self
-        ref = params.Reference.build(self.host.mj_model, self.config.backend.device)
-        return self.replace(ref=engine.put(ref, self.config.replace(mesh=None)))
+        paths = {t.path for t in rand.terms} if rand else set()
+        ref = engine.with_ref(self.config, self.ref, self.host.mj_model, paths)
+        return self.replace(config=self.config.replace(randomization=rand), ref=ref)
 
     def shard(self, devices: Any) -> Env:
         """A copy split over ``devices`` (see :meth:`MultiEnvRunner.shard`); states
@@ -616,8 +612,15 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     prev_done = prev.terminated | prev.truncated
     next_step, same_step = env.mode == NEXT_STEP, env.mode == SAME_STEP
 
-    # The guards' truncations of this step alone (not last step's flags).
-    cleared = prev.replace(ctrl=action, truncated=jnp.zeros_like(prev.truncated))
+    # The guards' truncations of this step alone (not last step's flags). Worlds
+    # restarted in the last step ("same_step") start their episode with clear flags:
+    # the flags they reported belong to the episode that ended.
+    fresh = state.final_mask
+    cleared = prev.replace(
+        ctrl=action,
+        truncated=jnp.zeros_like(prev.truncated),
+        tripped={k: v & ~fresh for k, v in prev.tripped.items()},
+    )
     model, runner = engine.step_local(
         env.config, model, env.model, env.ref, cleared, None, task.substeps
     )
@@ -653,6 +656,10 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     runner = restarted.replace(
         terminated=jnp.where(same_step, terminated, restarted.terminated),
         truncated=jnp.where(same_step, truncated, restarted.truncated),
+        tripped={
+            k: jnp.where(same_step, v, restarted.tripped[k]) for k, v in runner.tripped.items()
+        },
+        overflow=jnp.where(same_step, runner.overflow, restarted.overflow),
     )
     final_mask = same_step & done
     return EnvState(

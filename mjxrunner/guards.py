@@ -13,7 +13,9 @@ is in trouble) and a *policy* from one vocabulary:
 Every step records, per guard, which worlds tripped it (``RunnerState.tripped``)
 and counts each new trip (``HealthCounts.events``: a step after which the guard
 was tripped and before which it was not). Each world is judged from its own arrays
-only, so one world's trouble never changes another world's flag.
+only, so one world's NaN never changes another world's flag. The exception is
+MJX-Warp's contact pool, shared by all worlds: when it overflows, Warp sets the
+overflow bits of every world, and contacts may be lost in any of them.
 
 Built in: :func:`instability` (NaN/Inf or runaway ``qvel``), :func:`overflow`
 (a Warp buffer too small) and :func:`nonfinite_action` (a NaN/Inf control). A user

@@ -68,22 +68,20 @@ class MultiEnvRunner:
       num_envs: number of worlds.
       impl: MJX implementation, ``"jax"`` or ``"warp"``; always passed to MJX.
       seed: seeds the per-world RNG keys.
-      device: None (JAX's default device), a ``jax.Device`` or a platform name.
       keyframe: name or index of a keyframe to start from (None: ``qpos0``).
-      graph_mode, naconmax, njmax, naccdmax, nvmax: Warp's graph-capture mode and
-        buffer sizes (see :class:`mjxrunner.backend.Backend`); ignored by impl "jax".
-      overflow_policy: what a Warp capacity overflow does: ``"raise"`` (roll back
-        the step and raise ``CapacityOverflowError``), ``"warn"`` (a
-        ``CapacityWarning``) or ``"truncate"`` (mark those worlds truncated, on
-        device). ``runner.overflow`` always holds the last step's bits.
       devices: None (one device), or devices to split the worlds across; see
         :meth:`shard`.
-      instability_policy: what a world whose state turns NaN/Inf or whose
-        ``|qvel|`` exceeds ``max_qvel`` does: ``"reset"``/``"truncate"`` (default:
-        mark it truncated and count it, on device, so the next reset of truncated
-        worlds replaces it), ``"warn"`` or ``"raise"`` (roll back the step).
-      max_qvel: bound on ``|qvel|`` (default MuJoCo's ``mjMAXVAL``, 1e10).
-      guards: extra :class:`mjxrunner.guards.Guard` s of your own.
+      overflow_policy: the Warp overflow guard's policy: ``"raise"`` (roll back the
+        step, ``CapacityOverflowError``), ``"warn"`` or ``"truncate"`` (on device).
+        ``runner.overflow`` always holds the last step's bits.
+      instability_policy: the instability guard's policy (NaN/Inf state or
+        ``|qvel| > max_qvel``): ``"reset"`` (default; ``"truncate"``: mark the
+        world truncated, on device, so the next reset of truncated worlds replaces
+        it), ``"warn"`` or ``"raise"`` (roll back the step).
+      **options: ``device`` (None, a ``jax.Device`` or a platform name), Warp's
+        ``graph_mode``, ``naconmax``, ``njmax``, ``naccdmax``, ``nvmax``,
+        ``max_qvel`` (default MuJoCo's ``mjMAXVAL``, 1e10) and ``guards`` (your own
+        :class:`mjxrunner.guards.Guard` s); see :func:`mjxrunner.engine.configure`.
 
     Guards with policy ``"warn"`` or ``"raise"`` read their flags back after every
     step. The state after construction (and after :meth:`build_default`) is the
@@ -97,18 +95,11 @@ class MultiEnvRunner:
         *,
         impl: str = "jax",
         seed: int = 0,
-        device: Any = None,
         keyframe: int | str | None = None,
-        graph_mode: str | None = None,
-        naconmax: int | None = None,
-        njmax: int | None = None,
-        naccdmax: int | None = None,
-        nvmax: int | None = None,
-        overflow_policy: str = "raise",
         devices: Any = None,
+        overflow_policy: str = "raise",
         instability_policy: str = "reset",
-        max_qvel: float = health.MAX_QVEL,
-        guards: Any = (),
+        **options: Any,
     ):
         num_envs = checks.count(num_envs, "num_envs")
         seed = checks.count(seed, "seed", minimum=0)
@@ -118,21 +109,10 @@ class MultiEnvRunner:
             mj_model,
             num_envs,
             impl=impl,
-            device=device,
-            graph_mode=graph_mode,
-            naconmax=naconmax,
-            njmax=njmax,
-            naccdmax=naccdmax,
-            nvmax=nvmax,
             overflow_policy=overflow_policy,
             instability_policy=instability_policy,
-            max_qvel=max_qvel,
-            guards=guards,
+            **options,
         )
-        if keyframe is not None:
-            from mjxrunner.models import keyframe_id
-
-            keyframe_id(mj_model, keyframe)  # refused before anything is built
         self._mj_model = mj_model
         self._policies = {"overflow": overflow_policy, "instability": instability_policy}
         self._set_engine(engine.build(mj_model, config, seed=seed, keyframe=keyframe))
@@ -449,10 +429,8 @@ class MultiEnvRunner:
 
     def _write_params(self, updates: dict[str, np.ndarray]) -> None:
         eng = self._eng
-        if set(updates) & params.MASS_FIELDS and eng.ref is None:
-            eng = eng.replace(ref=params.Reference.build(self._mj_model, self.device))
-        model = params.set_values(eng.model.tree, updates, eng.ref)
-        self._eng = eng.replace(model=self._put(FlatModel.of(model)))
+        model, ref = engine.write_params(eng.config, eng.model, eng.ref, self._mj_model, updates)
+        self._eng = eng.replace(model=model, ref=ref)
 
     def update_model(self, source: mujoco.MjModel | None = None, *, fields: Any = None) -> None:
         """Copies new parameter values to the device model: the one way host edits
@@ -529,9 +507,9 @@ class MultiEnvRunner:
         rand = params.check_randomization(eng.default_model.tree, terms, on_reset, every_n_steps)
         if not isinstance(at_startup, bool):
             raise TypeError("on_reset and at_startup must be bools")
-        if rand is not None and eng.ref is None and params.touches_masses(rand):
-            eng = eng.replace(ref=params.Reference.build(self._mj_model, self.device))
-        self._eng = eng.replace(config=eng.config.replace(randomization=rand))
+        paths = {t.path for t in rand.terms} if rand else set()
+        ref = engine.with_ref(eng.config, eng.ref, self._mj_model, paths)
+        self._eng = eng.replace(config=eng.config.replace(randomization=rand), ref=ref)
         if rand is not None and at_startup:
             self.randomize()
 
