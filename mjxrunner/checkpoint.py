@@ -49,7 +49,7 @@ import jax
 import mujoco
 import numpy as np
 
-from mjxrunner import backend, engine, params
+from mjxrunner import backend, core, engine, params
 from mjxrunner import guards as guards_
 from mjxrunner.models import from_mjb, load_any, mjb_bytes
 from mjxrunner.sharding import host_copy
@@ -460,8 +460,8 @@ def _check_guards(header: dict[str, Any], config: engine.Config, kind: str, wher
 def _structure(m: mujoco.MjModel, impl: str) -> tuple[Any, list[tuple[int, ...]]]:
     """Treedef (static fields) and leaf shapes of the device model, signature aside:
     a model loaded from binary bytes has none."""
-    device = jax.devices("cpu")[0]
-    mx = _signed(backend.put_model(m, impl, device, "jax" if impl == "warp" else None), 0)
+    b = backend.Backend.make(m, 1, impl, jax.devices("cpu")[0], graph_mode="jax")
+    mx = _signed(b.put_model(m), 0)
     return engine.structure(mx)
 
 
@@ -778,9 +778,7 @@ def load_env(
         env = env.replace(ref=engine.put(ref, unsharded))
     size = header["pool_size"]
     if size:
-        keys = jax.eval_shape(
-            lambda: jax.random.key_data(jax.random.split(jax.random.key(0), size))
-        )
+        keys = jax.eval_shape(lambda: core.init_keys(jax.random.key(0), size))
         shapes = jax.eval_shape(
             lambda m, s, k: env_._draw_starts(m, s, k, env.task), env.model, env.start, keys
         )

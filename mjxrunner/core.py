@@ -67,6 +67,13 @@ def init_keys(key: jax.Array, num_envs: int) -> jax.Array:
     return _raw_keys(jax.random.split(key, num_envs))
 
 
+def split_streams(rng: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(next keys, draw keys)``, each ``(num_envs, 2)`` raw: one split per world's
+    stream, so each world's draws depend on its own stream only."""
+    keys = jax.vmap(jax.random.split)(rng)
+    return keys[:, 0], keys[:, 1]
+
+
 def _raw_keys(keys: jax.Array) -> jax.Array:
     """Raw ``uint32`` key data, whichever kind of key ``split`` returned."""
     if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
@@ -272,8 +279,8 @@ def rollout(
         policy = actions_or_policy
 
         def body(s, _):
-            keys = jax.vmap(jax.random.split)(s.rng)
-            s = s.replace(rng=keys[:, 0], ctrl=policy(s, keys[:, 1]).astype(s.ctrl.dtype))
+            rng, draw = split_streams(s.rng)
+            s = s.replace(rng=rng, ctrl=policy(s, draw).astype(s.ctrl.dtype))
             s = _step_or(model, s, dt, substeps, guards)
             return s, record(s)
 

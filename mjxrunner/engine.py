@@ -222,8 +222,8 @@ def write_params(
 
 def split_rng(state: RunnerState) -> tuple[RunnerState, jax.Array]:
     """Advances every world's key; returns the state and one fresh raw key per world."""
-    keys = jax.vmap(jax.random.split)(state.rng)
-    return state.replace(rng=keys[:, 0]), keys[:, 1]
+    rng, draw = core.split_streams(state.rng)
+    return state.replace(rng=rng), draw
 
 
 def randomize_local(

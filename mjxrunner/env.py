@@ -264,7 +264,7 @@ class Env:
             return self.replace(pool=None)
         if any(jax.tree.leaves(world_mask(self.model))):
             raise ValueError("a reset pool needs a model without per-world parameters")
-        keys = jax.random.key_data(jax.random.split(key, size))
+        keys = core.init_keys(key, size)
         pool = jax.jit(_draw_starts, static_argnums=3)(self.model, self.start, keys, self.task)
         return self.replace(pool=engine.put(pool, self.config.replace(mesh=None)))
 
@@ -436,16 +436,6 @@ def _draw_starts(model: Any, start: mjx.Data, raw_keys: jax.Array, task: Task) -
     )
 
 
-def _split_streams(rng: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(next keys, draw keys)``, each ``(num_envs, 2)`` raw, one split per world."""
-
-    def split(raw):
-        keys = jax.random.split(jax.random.wrap_key_data(raw))
-        return jax.random.key_data(keys[0]), jax.random.key_data(keys[1])
-
-    return jax.vmap(split)(rng)
-
-
 def _pick(mask: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
     """``a`` for the worlds in ``mask``, ``b`` elsewhere; a scalar choice per world."""
     return jax.vmap(jnp.where)(mask, a, b)
@@ -481,7 +471,7 @@ def _restart(
     advanced keys. Skipped (``lax.cond``) when ``mask`` selects no world."""
 
     def restart(model, runner, obs):
-        rng, draw = _split_streams(runner.rng)
+        rng, draw = core.split_streams(runner.rng)
         runner = runner.replace(rng=_pick(mask, rng, runner.rng))  # restarted ones advance
         source = lambda m, _: _fresh(env, pool, m, draw)  # noqa: E731 - drawn with new params
         model, runner = engine.reset_local(

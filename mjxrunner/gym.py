@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from mjxrunner import checks, guards
+from mjxrunner import checks, core, guards
 from mjxrunner import env as env_
 from mjxrunner.tasks.base import Task
 
@@ -34,7 +34,7 @@ _MODES = {
 
 def _reseed(state: env_.EnvState, mask: np.ndarray, key: jax.Array) -> env_.EnvState:
     """Gives the worlds in ``mask`` the streams that ``reset(key)`` would give them."""
-    fresh = jax.random.key_data(jax.random.split(key, mask.shape[0]))
+    fresh = core.init_keys(key, mask.shape[0])
     rng = np.where(mask[:, None], np.asarray(fresh), np.asarray(state.runner.rng))
     rng = jax.device_put(rng, state.runner.rng.sharding)  # placed as before: no recompile
     return state.replace(runner=state.runner.replace(rng=rng))

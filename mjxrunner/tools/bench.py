@@ -56,7 +56,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import backend, checks
+from mjxrunner import backend, checks, models
 from mjxrunner.backend import describe_backend
 from mjxrunner.models import action_bounds, load_any
 
@@ -163,11 +163,8 @@ def _batched_start(w: Workload) -> tuple[mjx.Model, mjx.Data]:
     ``vmap`` broadcasts the per-world leaves; MJX-Warp's pooled contact buffers stay
     pooled (MJX declares them unmapped), sized by the runner's default capacities.
     """
-    warp = w.impl == "warp"
-    graph_mode = backend.check_graph_mode(None, w.device) if warp else None
-    caps = backend.capacities(w.mj_model, w.num_envs) if warp else None
-    model = backend.put_model(w.mj_model, w.impl, w.device, graph_mode)
-    one = backend.put_data(w.mj_model, w.mj_data, w.impl, w.device, caps)
+    b = backend.Backend.make(w.mj_model, w.num_envs, w.impl, w.device)
+    model, one = b.put_model(w.mj_model), b.put_data(w.mj_model, w.mj_data)
     data = jax.jit(jax.vmap(lambda _: one))(jnp.arange(w.num_envs))
     return model, jax.block_until_ready(data)
 
@@ -633,17 +630,14 @@ def run(
     dev = backend.resolve_device(device)
     mj_model = load_any(model)
     backend.check_supported(mj_model, impl)
-    mj_data = mujoco.MjData(mj_model)
-    mujoco.mj_forward(mj_model, mj_data)
+    mj_data = models.start_data(mj_model)
     name = _model_name(model)
 
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         # Warp capacities scale with num_envs, so the report names only the graph mode.
-        "backend": backend.backend_info(
-            impl, dev, backend.check_graph_mode(None, dev) if impl == "warp" else None
-        ),
+        "backend": backend.Backend.make(mj_model, 1, impl, dev).info() | {"capacities": None},
         "host": _host(),
         "config": {
             "model": name,
