@@ -114,6 +114,7 @@ def configure(
 ) -> Config:
     """The validated :class:`Config` of every front door, from the options they
     share (see :class:`~mjxrunner.MultiEnvRunner` for their meaning)."""
+    guards_.check_policy(overflow_policy, "overflow_policy")
     b = backend_.Backend.make(
         m, num_envs, impl, device, graph_mode, naconmax, njmax, naccdmax, nvmax
     )

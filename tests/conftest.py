@@ -47,3 +47,16 @@ def slider_xml(nbody: int) -> str:
 def slider3() -> mujoco.MjModel:
     """3 slide joints, nbody == 4, nq == nv == nu == 3."""
     return mujoco.MjModel.from_xml_string(slider_xml(4))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_executables_between_modules():
+    """Drops JAX's in-memory compiled functions after each test module.
+
+    A whole suite in one process otherwise keeps every executable it ever built;
+    after some hundreds of them, XLA:CPU crashed here while serializing one more
+    for the persistent cache. Later modules read what they share back from that
+    cache, which costs far less than compiling.
+    """
+    yield
+    jax.clear_caches()
