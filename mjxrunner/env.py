@@ -547,7 +547,8 @@ def _reset_local(env: Env, pool: Any, keys: jax.Array) -> EnvState:
     n = keys.shape[0]
     runner = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
     runner = runner.replace(rng=keys)
-    obs = _observe(env, env.model, runner.data)  # a placeholder of the right shape
+    shape = jax.eval_shape(_observe, env, env.model, runner.data)
+    obs = jnp.zeros(shape.shape, shape.dtype)  # a placeholder: every world restarts
     model, runner, obs = _restart(env, pool, env.model, runner, obs, jnp.ones((n,), bool))
     dtype = runner.data.qpos.dtype
     return EnvState(

@@ -233,7 +233,9 @@ class MultiEnvRunner:
         values = checks.finite_array(actions, "actions", shape, backend.float_dtype())
         full = np.zeros((n, self.action_dim()), values.dtype)
         full[ids] = values  # row k of actions belongs to world ids[k]
-        self._write_ctrl(np.isin(np.arange(n), ids), full)
+        mask = np.zeros((n,), bool)
+        mask[ids] = True
+        self._write_ctrl(mask, full)
 
     def clear_actions(self, env_ids: Any = None) -> None:
         """Zeroes the controls of all worlds, or of ``env_ids`` only."""
