@@ -111,8 +111,17 @@ def physics_step(
         timestep = jnp.broadcast_to(dt / substeps, (num_envs,))
         model = model.tree_replace({"opt.timestep": timestep.astype(model.opt.timestep.dtype)})
     one_step = jax.vmap(mjx.step, in_axes=(world_axes(model), 0))
+
+    def substep(d, _):
+        # With jax_enable_x64, MJX's collision driver builds the contact geom ids with
+        # jnp.array over NumPy int64 tables (collision_driver.py, Contact(geom1=...)),
+        # so they come back int64 where make_data made them int32. Casting back keeps
+        # every carry (this scan, the env's, checkpoints) of one dtype.
+        new = one_step(model, d)
+        return jax.tree.map(lambda x, like: x.astype(like.dtype), new, d), None
+
     # The scan is outside the vmap, so MJX-Warp's batched FFI call sees the whole batch.
-    data, _ = jax.lax.scan(lambda d, _: (one_step(model, d), None), data, None, length=substeps)
+    data, _ = jax.lax.scan(substep, data, None, length=substeps)
     return data, backend.overflow_bits(data)
 
 
