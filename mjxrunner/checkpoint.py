@@ -699,6 +699,7 @@ def save_env(path: str | os.PathLike, env: Any, state: Any) -> Path:
         "task": env.task.name,
         "autoreset": env_.AUTORESET_MODES[int(host_copy(env.mode))],
         "pool_size": env.pool_size,
+        "restart_slots": env.restart_slots,
     }
     return write(path, "env", parts, env.host.mj_model, fields)
 
@@ -758,6 +759,7 @@ def load_env(
         max_qvel=header["max_qvel"],
         guards=guards,
         devices=devices,
+        restart_slots=header.get("restart_slots"),  # absent from older files
         **header["options"],
     )
     config = env.config

@@ -26,9 +26,19 @@ every restart splits it into ``(next key, draw key)`` and calls
 ``task.initial_state(model, start, draw_key)``, followed by ``mjx.forward`` unless
 the task sets ``forward_on_reset=False``. Only restarted worlds advance their
 stream, so a world's sequence of starts does not depend on the other worlds. The
-restart is computed under a ``lax.cond`` and skipped when no world ends in a step;
-when one does, it costs one ``initial_state`` (and forward) for every world
-(``vmap`` computes all, selection keeps the ended ones). A cached pool
+restart is computed under a ``lax.cond`` and skipped when no world ends in a step.
+Its cost follows the number of worlds that end: starts are drawn in passes of
+``restart_slots`` worlds (default ``ceil(num_envs / 8)``), each gathering the next
+ended worlds' keys and per-world parameters, calling ``initial_state`` (and
+forward) for those only, and scattering the starts back; a step with more ended
+worlds than slots makes more passes, so no world ever waits for its restart. A
+world's start depends only on its key and its parameters, so the number of
+slots changes the cost, not which worlds restart, their keys or the state the
+task draws. One caveat: XLA vectorizes a forward pass over ``k`` worlds
+differently than over ``num_envs``, so quantities the forward derives
+(accelerations, constraint forces) may differ in the last bits between slot
+counts (hopper: 2.4e-7 in ``qacc``; cartpole: bit-identical). ``reset`` draws
+all worlds in one pass. A cached pool
 (:meth:`Env.with_reset_pool`) replaces that by a gather of precomputed starts:
 cheaper per step when the start needs a forward pass, but episodes then begin from
 only ``pool_size`` distinct states, drawn once, with the model the pool was made
@@ -69,8 +79,10 @@ from mjxrunner.state import RunnerState
 from mjxrunner.tasks.base import Task
 from mjxrunner.worlds import (
     FlatModel,
+    put_worlds,
     pytree_dataclass,
     static_field,
+    take_worlds,
     world_axes,
     world_field,
     world_mask,
@@ -199,6 +211,7 @@ class Env:
     high: jax.Array
     pool: mjx.Data | None = None
     ref: params.Reference | None = None
+    restart_slots: int = static_field(default=1)
 
     @property
     def num_envs(self) -> int:
@@ -331,6 +344,7 @@ def make(
     model: mujoco.MjModel | str | os.PathLike | None = None,
     reset_pool: int = 0,
     pool_seed: int = 0,
+    restart_slots: int | None = None,
     graph_mode: str | None = None,
     naconmax: int | None = None,
     njmax: int | None = None,
@@ -355,6 +369,11 @@ def make(
       reset_pool: if > 0, restarts draw from this many cached starts
         (see :meth:`Env.with_reset_pool`).
       pool_seed: seed of the cached starts.
+      restart_slots: worlds whose fresh starts are drawn together in one pass of a
+        restart (on each device when sharded); a step with more restarts makes
+        more passes. None: ``ceil(num_envs / 8)``; ``num_envs``: every restart
+        draws for the whole batch (the cost no longer follows the number of
+        restarts). See the module docstring.
       graph_mode, naconmax, njmax, naccdmax, nvmax: Warp options, as for
         :class:`~mjxrunner.MultiEnvRunner`.
       overflow_policy, instability_policy, max_qvel, guards: the guards, as for the
@@ -373,6 +392,9 @@ def make(
     backend.check_impl(impl)
     reset_pool = checks.count(reset_pool, "reset_pool", minimum=0)
     pool_seed = checks.count(pool_seed, "pool_seed", minimum=0)
+    if restart_slots is None:
+        restart_slots = -(-num_envs // 8)
+    restart_slots = checks.count(restart_slots, "restart_slots")
     m = load_any(task.model if model is None else model)
     if m.nu == 0:
         raise ValueError(f"task {task.name!r}: the model has no actuators to act with")
@@ -412,6 +434,7 @@ def make(
         start=b.put_data(m, start_data(m, task.keyframe)),
         low=put(low.astype(dtype)),
         high=put(high.astype(dtype)),
+        restart_slots=restart_slots,
     )
     if reset_pool:
         env = env.with_reset_pool(reset_pool, jax.random.key(pool_seed))
@@ -446,11 +469,48 @@ def _observe(env: Env, model: FlatModel, data: mjx.Data) -> jax.Array:
     return jax.vmap(env.task.observation, in_axes=(world_axes(model), 0))(model, data)
 
 
-def _fresh(env: Env, pool: Any, model: FlatModel, draw: jax.Array) -> RunnerState:
-    """Fresh starts for every world from raw draw keys, as a cleared ``RunnerState``."""
+def _draw_masked(
+    env: Env, model: FlatModel, draw: jax.Array, mask: jax.Array, current: mjx.Data, slots: int
+) -> mjx.Data:
+    """``current`` with fresh starts for the worlds in ``mask``, ``slots`` at a time.
+
+    Each pass gathers the next ``slots`` masked worlds (their keys and per-world
+    parameters), draws their starts and scatters them back, so the cost follows the
+    number of restarts, not the batch. With ``slots >= num_envs`` every world is
+    drawn in one ``vmap`` (the cheaper choice when all restart). A world's start
+    depends on its own key and parameters only (up to the rounding of a forward
+    compiled for another batch size: see the module docstring)."""
+    n = mask.shape[0]
+    if slots >= n:
+        return _draw_starts(model, env.start, draw, env.task)
+    tree = model.tree
+
+    def one_pass(carry):
+        data, todo = carry
+        (index,) = jnp.nonzero(todo, size=slots, fill_value=n)  # n: past the end
+        fresh = _draw_starts(
+            take_worlds(tree, index), env.start, draw[jnp.minimum(index, n - 1)], env.task
+        )
+        return put_worlds(data, index, fresh), todo.at[index].set(False, mode="drop")
+
+    data, _ = jax.lax.while_loop(lambda c: jnp.any(c[1]), one_pass, (current, mask))
+    return data
+
+
+def _fresh(
+    env: Env,
+    pool: Any,
+    model: FlatModel,
+    draw: jax.Array,
+    mask: jax.Array,
+    current: mjx.Data,
+    slots: int,
+) -> RunnerState:
+    """Fresh starts from raw draw keys for the worlds in ``mask`` (others keep
+    ``current``), as a cleared ``RunnerState``."""
     n = draw.shape[0]
     if pool is None:
-        data = _draw_starts(model, env.start, draw, env.task)
+        data = _draw_masked(env, model, draw, mask, current, slots)
     else:
         size = pool.qpos.shape[0]
         index = jax.vmap(lambda k: jax.random.randint(jax.random.wrap_key_data(k), (), 0, size))(
@@ -464,16 +524,27 @@ def _fresh(env: Env, pool: Any, model: FlatModel, draw: jax.Array) -> RunnerStat
 
 
 def _restart(
-    env: Env, pool: Any, model: FlatModel, runner: RunnerState, obs: jax.Array, mask: jax.Array
+    env: Env,
+    pool: Any,
+    model: FlatModel,
+    runner: RunnerState,
+    obs: jax.Array,
+    mask: jax.Array,
+    slots: int | None = None,
 ) -> tuple[FlatModel, RunnerState, jax.Array]:
     """Restarts the worlds in ``mask`` through the engine's reset: parameters back
     from the env's model (and redrawn if randomized), fresh data, cleared counters,
-    advanced keys. Skipped (``lax.cond``) when ``mask`` selects no world."""
+    advanced keys. Skipped (``lax.cond``) when ``mask`` selects no world. Starts
+    are drawn ``slots`` worlds at a time (None: the env's ``restart_slots``)."""
+    slots = env.restart_slots if slots is None else slots
 
     def restart(model, runner, obs):
         rng, draw = core.split_streams(runner.rng)
         runner = runner.replace(rng=_pick(mask, rng, runner.rng))  # restarted ones advance
-        source = lambda m, _: _fresh(env, pool, m, draw)  # noqa: E731 - drawn with new params
+
+        def source(m, s):  # drawn with the restored (and redrawn) parameters
+            return _fresh(env, pool, m, draw, mask, s.data, slots)
+
         model, runner = engine.reset_local(
             env.config, model, env.model, env.ref, runner, source, mask, jnp.asarray(False)
         )
@@ -549,7 +620,8 @@ def _reset_local(env: Env, pool: Any, keys: jax.Array) -> EnvState:
     runner = runner.replace(rng=keys)
     shape = jax.eval_shape(_observe, env, env.model, runner.data)
     obs = jnp.zeros(shape.shape, shape.dtype)  # a placeholder: every world restarts
-    model, runner, obs = _restart(env, pool, env.model, runner, obs, jnp.ones((n,), bool))
+    everyone = jnp.ones((n,), bool)
+    model, runner, obs = _restart(env, pool, env.model, runner, obs, everyone, slots=n)
     dtype = runner.data.qpos.dtype
     return EnvState(
         runner=runner,

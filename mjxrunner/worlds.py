@@ -222,6 +222,27 @@ def num_worlds(tree: Any) -> int | None:
     return sizes.pop() if sizes else None
 
 
+def take_worlds(tree: Any, index: jax.Array) -> Any:
+    """Worlds ``index`` of ``tree``: world-indexed leaves gathered to ``(k, ...)``,
+    shared leaves as they are. Indices past the end read the last world."""
+    last = max((num_worlds(tree) or 1) - 1, 0)
+    index = jnp.minimum(index, last)
+    return jax.tree.map(lambda leaf, w: leaf[index] if w else leaf, tree, world_mask(tree))
+
+
+def put_worlds(tree: Any, index: jax.Array, values: Any) -> Any:
+    """``tree`` with worlds ``index`` set from ``values`` (shaped like
+    :func:`take_worlds` of ``tree``); indices past the end are dropped, and shared
+    leaves are kept from ``tree``."""
+
+    def put(leaf, value, is_world):
+        if not is_world:
+            return leaf
+        return leaf.at[index].set(value.astype(leaf.dtype), mode="drop")
+
+    return jax.tree.map(put, tree, values, world_mask(tree))
+
+
 def select_worlds(
     done: jax.Array, fresh: Any, current: Any, shared: jax.Array | bool = False
 ) -> Any:
