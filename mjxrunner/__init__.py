@@ -1,10 +1,12 @@
 """mjxrunner: thousands of MuJoCo worlds in parallel on MJX, for reinforcement learning."""
 
-from mjxrunner import cpu_linalg
+from mjxrunner import cpu_fusion, cpu_linalg
 
 # Before anything compiles: jaxlib 0.10's batched LAPACK calls can deadlock XLA's
-# CPU thread pool inside an MJX step (see mjxrunner.cpu_linalg).
+# CPU thread pool inside an MJX step (see mjxrunner.cpu_linalg), and XLA:CPU's
+# fusion emitters make deep kinematic trees cost exponentially (mjxrunner.cpu_fusion).
 cpu_linalg.install()
+cpu_fusion.install()
 
 from mjxrunner import checkpoint, core, engine, guards, health, models  # noqa: E402
 from mjxrunner.backend import CompileCounter, backend_info  # noqa: E402
@@ -32,6 +34,7 @@ __all__ = [
     "core_ndims",
     "engine",
     "guards",
+    "cpu_fusion",
     "cpu_linalg",
     "health",
     "models",

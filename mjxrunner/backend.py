@@ -13,7 +13,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import checks, cpu_linalg
+from mjxrunner import checks, cpu_fusion, cpu_linalg
 from mjxrunner.errors import CapacityOverflowError, CapacityWarning  # noqa: F401 - public here
 
 IMPLS = ("jax", "warp")
@@ -397,6 +397,8 @@ def backend_info(
         "qpos_dtype": "float32" if impl == "warp" else float_dtype().name,
         # How small Cholesky/triangular solves run on CPU (see mjxrunner.cpu_linalg).
         "cpu_linalg": "xla" if cpu_linalg.installed() else "lapack",
+        # Whether XLA:CPU's fusion emitters are off (see mjxrunner.cpu_fusion).
+        "cpu_fusion_emitters": not cpu_fusion.active(),
     }
 
 
@@ -407,6 +409,7 @@ def describe_backend(info: dict[str, Any]) -> str:
         f"impl={info['impl']} device={info['platform']}:{info['device_kind']} "
         f"x{info['device_count']} x64={info['jax_enable_x64']} qpos={info['qpos_dtype']}"
         + (f" linalg={info['cpu_linalg']}" if info.get("cpu_linalg") else "")
+        + (" fusion_emitters=off" if info.get("cpu_fusion_emitters") is False else "")
         + f" | {versions}"
     )
 
