@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint format
+.PHONY: demo test bench fuzz lint format
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 # Regenerates benchmarks/results/ (JSON, PNG, README.md); run it on a quiet machine.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run $(if $(DEVICE),--device $(DEVICE))
+
+# The hostile-input properties with ~25x the suite's examples (benchmarks/fuzz.py).
+fuzz: $(STAMP)
+	$(BIN)/python benchmarks/fuzz.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -16,6 +16,20 @@ CACHE = Path(os.environ.get("MJXRUNNER_CACHE", Path.home() / ".cache" / "mjxrunn
 import jax  # noqa: E402
 import mujoco  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# Property tests: "suite" keeps them fast; benchmarks/fuzz.py runs them with "fuzz"
+# (MJXRUNNER_HYPOTHESIS_PROFILE=fuzz), ~25x as many examples. No example database:
+# nothing is written into the working tree.
+settings.register_profile(
+    "suite",
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile("fuzz", settings.get_profile("suite"), max_examples=1000)
+settings.load_profile(os.environ.get("MJXRUNNER_HYPOTHESIS_PROFILE", "suite"))
 
 jax.config.update("jax_compilation_cache_dir", str(CACHE / "jax"))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
