@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from conftest import slider_xml
 
-from mjxrunner import backend, backend_info
+from mjxrunner import backend, backend_info, cpu_fusion
 from mjxrunner.tools import bench
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,6 +307,7 @@ def test_force_host_devices_before_jax_starts(tmp_path):
     assert out == [
         "3",
         "--xla_cpu_enable_fast_math=false",
+        cpu_fusion.FLAG,  # added by ``import mjxrunner``
         "--xla_force_host_platform_device_count=3",
     ]
 

@@ -18,7 +18,7 @@ import pytest
 from jax.sharding import PartitionSpec
 from test_parity import SMOOTH_ATOL
 
-from mjxrunner import CompileCounter, guards, params, tasks, world_mask
+from mjxrunner import CompileCounter, core, guards, params, tasks, world_mask
 from mjxrunner import env as E
 from mjxrunner.guards import CapacityOverflowError, CapacityWarning
 from mjxrunner.gym import MjxVectorEnv
@@ -331,26 +331,28 @@ def test_restart_slots_change_the_cost_not_the_starts(envs, runs, mode):
 
 
 def test_hopper_starts_in_slots_match_one_pass_up_to_rounding():
-    """A contact scene: the forward pass of a start is compiled for 2 worlds in one
-    case and 8 in the other, and XLA vectorizes the two differently, so derived
-    quantities (accelerations, constraint forces) may differ in the last bits. The
-    state the task drew, the keys and the bookkeeping are identical."""
-    whole = E.make("hopper_hop", 8, restart_slots=8)
-    slotted = whole.replace(restart_slots=2)
-    s = E.jit_reset(whole, jax.random.key(0))
-    mask = np.array([1, 1, 0, 1, 0, 1, 1, 0], bool)  # 5 worlds: 3 passes of 2
-    a = jax.device_get(E.jit_reset_worlds(whole, s, mask))
-    b = jax.device_get(E.jit_reset_worlds(slotted, s, mask))
-    before = jax.device_get(s)
+    """A contact scene: ``reset`` draws all 8 starts in one pass, ``reset_worlds``
+    with 2 slots in 4 passes of 2; with the keys rewound, both draw the same
+    worlds. XLA vectorizes the forward pass of 2 worlds differently from one of 8,
+    so what it derives (accelerations, constraint forces) may differ in the last
+    bits; the state the task drew, the keys and the bookkeeping are identical."""
+    env = E.make("hopper_hop", 8, restart_slots=2)
+    key = jax.random.key(0)
+    one_pass = E.jit_reset(env, key)
+    rewound = one_pass.replace(runner=one_pass.runner.replace(rng=core.init_keys(key, 8)))
+    slotted = E.jit_reset_worlds(env, rewound, np.ones(8, bool))
+    a, b = jax.device_get(one_pass), jax.device_get(slotted)
     for field in ("qpos", "qvel"):
         x, y = getattr(a.runner.data, field), getattr(b.runner.data, field)
         np.testing.assert_array_equal(x, y)
-        np.testing.assert_array_equal(x[~mask], getattr(before.runner.data, field)[~mask])
-        assert not np.array_equal(x[mask], getattr(before.runner.data, field)[mask])
+        assert not np.array_equal(x[0], x[1])  # different draws per world
     np.testing.assert_array_equal(a.runner.rng, b.runner.rng)
     np.testing.assert_array_equal(a.episode_length, b.episode_length)
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(a.obs, b.obs)
+    a_leaves = dict(jax.tree_util.tree_flatten_with_path(a.runner.data)[0])
+    for path, y in jax.tree_util.tree_flatten_with_path(b.runner.data)[0]:
+        x = a_leaves[path]
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5, err_msg=jax.tree_util.keystr(path))
 
 
 def test_restart_slots_must_be_a_positive_count():
