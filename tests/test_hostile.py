@@ -101,6 +101,9 @@ def valid_ids(ids):
         return np.arange(N)
     if isinstance(ids, (bool, np.bool_)):
         return None
+    if isinstance(ids, np.ndarray) and ids.size and ids.dtype.kind not in "iu":
+        # e.g. timedelta64, whose object view is Python ints: the fuzz run found it
+        return None
     arr = np.asarray([ids] if isinstance(ids, int) else ids, dtype=object)
     flat = list(arr.ravel())
     if arr.ndim != 1 or any(isinstance(i, (bool, np.bool_, float, np.floating)) for i in flat):
