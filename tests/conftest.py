@@ -2,6 +2,9 @@
 JAX's persistent compilation cache and Warp's kernel cache are on."""
 
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -74,3 +77,73 @@ def _free_executables_between_modules():
     """
     yield
     jax.clear_caches()
+
+
+# --- tests that run in processes of their own, started early ---------------------------
+#
+# A test whose work is a separate process (float64, two-process sharding) starts it
+# when collection ends, so it compiles on the second core while this process runs
+# other tests; the test then waits for it and checks what it printed and wrote.
+
+HERE = Path(__file__).parent
+_LAUNCHERS = {}  # test module name -> launch(out_dir) -> [Popen, ...]
+_STARTED: dict[str, tuple[list[subprocess.Popen], Path]] = {}
+
+
+def background(module: str):
+    """Registers ``launch(out_dir) -> [Popen, ...]`` for the tests of ``module``."""
+
+    def register(launch):
+        _LAUNCHERS[module] = launch
+        return launch
+
+    return register
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """This environment, with the tests folder importable and the suite's JAX cache."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        "MJXRUNNER_JAX_CACHE": jax.config.jax_compilation_cache_dir or "",
+        **extra,
+    }
+
+
+def start(script: str, *args: str, out: Path, env: dict[str, str] | None = None):
+    """Runs ``tests/script`` with ``args``; stdout and stderr go to a log in ``out``."""
+    log = open(out / f"{Path(script).stem}-{len(list(out.glob('*.log')))}.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / script), *args],
+        env=env or subprocess_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    proc.log_path = Path(log.name)
+    return proc
+
+
+def _launch(module: str) -> None:
+    out = Path(tempfile.mkdtemp(prefix="mjxrunner-"))
+    _STARTED[module] = (_LAUNCHERS[module](out), out)
+
+
+def finished(module: str, timeout: float = 900) -> tuple[list[tuple[int, str]], Path]:
+    """Waits for ``module``'s processes: ``([(returncode, log), ...], out_dir)``."""
+    if module not in _STARTED:  # not started with the session (e.g. a direct call)
+        _launch(module)
+    procs, out = _STARTED[module]
+    return [(p.wait(timeout=timeout), p.log_path.read_text(errors="replace")) for p in procs], out
+
+
+def pytest_collection_finish(session):
+    selected = {Path(str(item.fspath)).stem for item in session.items}
+    for module in sorted(selected & set(_LAUNCHERS)):
+        _launch(module)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for procs, _ in _STARTED.values():
+        for p in procs:
+            if p.poll() is None:
+                p.kill()

@@ -72,6 +72,16 @@ def controls(nu, t):
     return 0.9 * np.sin(0.05 * t * (w + 1) + np.arange(nu)[None, :] + w)
 
 
+def step_both(runner: MultiEnvRunner, native: list, m: mujoco.MjModel, t: int) -> None:
+    """Step ``t`` of the runner and of the native worlds, with :func:`controls`."""
+    u = controls(m.nu, t)
+    runner.set_actions(u)
+    runner.step()
+    for w, d in enumerate(native):
+        d.ctrl[:] = u[w]
+        mujoco.mj_step(m, d)
+
+
 def test_every_model_has_a_parity_case():
     assert set(CASES) == set(models.list())
 
@@ -95,12 +105,7 @@ def test_runner_matches_native_mujoco(name, impl):
 
     worst = 0.0
     for t in range(case.n_steps):
-        u = controls(m.nu, t)
-        runner.set_actions(u)
-        runner.step()
-        for w, d in enumerate(native):
-            d.ctrl[:] = u[w]
-            mujoco.mj_step(m, d)
+        step_both(runner, native, m, t)
         qpos = np.asarray(runner.data.qpos)
         expected = np.stack([d.qpos for d in native])
         worst = max(worst, np.abs(qpos - expected).max())

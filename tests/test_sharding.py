@@ -1,11 +1,8 @@
 """Sharding across 2 forced host devices (conftest sets them) and 2 processes."""
 
-import os
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
+import conftest
 import jax
 import numpy as np
 import pytest
@@ -13,8 +10,6 @@ from jax.sharding import PartitionSpec
 from sharded_script import N, run
 
 from mjxrunner import CompileCounter, MultiEnvRunner, world_mask
-
-HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
@@ -91,24 +86,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_match_one(unsharded, tmp_path):
-    port, out = free_port(), tmp_path / "out.npz"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-        "MJXRUNNER_JAX_CACHE": jax.config.jax_compilation_cache_dir or "",
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "distributed_worker.py"), str(i), str(port), str(out)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
+@conftest.background("test_sharding")
+def launch_two_processes(out):
+    """Both processes of the two-process test, started when collection ends."""
+    port, env = str(free_port()), conftest.subprocess_env()
+    result = str(out / "out.npz")
+    return [
+        conftest.start("distributed_worker.py", str(i), port, result, out=out, env=env)
         for i in range(2)
     ]
-    logs = [p.communicate(timeout=600)[0].decode(errors="replace") for p in procs]
-    assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
-    with np.load(out) as f:
+
+
+def test_two_processes_match_one(unsharded):
+    logs, out = conftest.finished("test_sharding", timeout=600)
+    assert all(code == 0 for code, _ in logs), "\n".join(log[-3000:] for _, log in logs)
+    with np.load(out / "out.npz") as f:
         results = [f[f"r{i}"] for i in range(len(f.files))]
     assert_same(unsharded, results)

@@ -18,7 +18,7 @@ if os.environ.get("MJXRUNNER_JAX_CACHE"):
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
-from test_parity import N_WORLDS, controls  # noqa: E402
+from test_parity import N_WORLDS, step_both  # noqa: E402
 
 from mjxrunner import MultiEnvRunner, env, models  # noqa: E402
 from mjxrunner.params import Term  # noqa: E402
@@ -52,12 +52,7 @@ def native_parity(name: str) -> None:
     worst_qpos = worst_qvel = 0.0
     contacts = 0
     for t in range(N_STEPS):
-        u = controls(m.nu, t)
-        runner.set_actions(u)
-        runner.step()
-        for w, d in enumerate(native):
-            d.ctrl[:] = u[w]
-            mujoco.mj_step(m, d)
+        step_both(runner, native, m, t)
         contacts = max(contacts, max(d.ncon for d in native))
         qpos = np.stack([d.qpos for d in native])
         qvel = np.stack([d.qvel for d in native])
