@@ -4,7 +4,9 @@
   where jaxlib's batched LAPACK path once hung (256 worlds): three humanoids in one
   scene, nv = 81. Above nv = 60 MJX keeps the mass matrix sparse, so the Newton
   solver's Hessian is the one LAPACK factorization of a step, and one such call at
-  a time cannot starve XLA's thread pool (see mjxrunner/cpu_linalg.py).
+  a time cannot starve XLA's thread pool (see mjxrunner/cpu_linalg.py). Its
+  compile is the cost, so it runs as this file run as a script, in a process that
+  conftest starts when collection ends, beside the other tests.
 * A deep tree: a 12-link hinge chain. With XLA:CPU's fusion emitters on, a step of
   a depth-8 chain took 1.1 s and each level multiplied that (mjxrunner/cpu_fusion.py);
   with them off (mjxrunner's default) this chain compiles in seconds and tracks
@@ -12,8 +14,10 @@
 """
 
 import importlib.util
+import sys
 from pathlib import Path
 
+import conftest
 import mujoco
 import numpy as np
 from test_parity import CONTACT_ATOL, SMOOTH_ATOL, WARP_CONTACT_ITERATIONS
@@ -42,7 +46,7 @@ def three_humanoids() -> mujoco.MjModel:
     return spec.compile()
 
 
-def test_nv_81_steps_at_256_worlds_and_matches_native():
+def check_nv_81_at_256_worlds() -> None:
     m = three_humanoids()
     assert m.nv == 81 > cpu_linalg.MAX_N
     # Three bodies' contacts in one solve: with the scene's 4 Newton iterations the
@@ -66,6 +70,18 @@ def test_nv_81_steps_at_256_worlds_and_matches_native():
         np.testing.assert_allclose(qpos[w], d.qpos, atol=CONTACT_ATOL, err_msg=f"world {w}")
     assert not np.allclose(qpos[0], qpos[-1])  # different controls, different worlds
     assert sum(d.ncon for d in native.values()) > 0  # the feet are on the floor
+    print("nv = 81 at 256 worlds: passed")
+
+
+@conftest.background("test_large")
+def launch(out):
+    return [conftest.start("test_large.py", "nv81", out=out)]
+
+
+def test_nv_81_steps_at_256_worlds_and_matches_native():
+    [(returncode, log)], _ = conftest.finished("test_large")
+    assert returncode == 0, log[-4000:]
+    assert "nv = 81 at 256 worlds: passed" in log
 
 
 DEPTH = 12
@@ -91,3 +107,7 @@ def test_a_12_link_chain_steps_and_matches_native():
     qpos = np.asarray(runner.data.qpos)
     np.testing.assert_allclose(qpos, np.broadcast_to(d.qpos, qpos.shape), atol=SMOOTH_ATOL)
     assert np.abs(d.qpos - m.key_qpos[0]).max() > 10 * SMOOTH_ATOL  # it moved
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["nv81"]:
+    check_nv_81_at_256_worlds()
