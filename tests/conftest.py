@@ -46,6 +46,19 @@ def pytest_configure(config):
     wp.config.quiet = True
 
 
+def load_benchmark(name: str):
+    """``benchmarks/<name>.py``, a folder of scripts rather than a package, as a module
+    (registered in ``sys.modules``: dataclasses look their module up there)."""
+    import importlib.util
+
+    path = HERE.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def slider_xml(nbody: int) -> str:
     """``nbody - 1`` bodies, each on its own vertical slide joint: nbody == nq + 1."""
     bodies = "".join(

@@ -7,7 +7,6 @@ every variant once to check what the report holds.
 import copy
 import hashlib
 import importlib
-import importlib.util
 import json
 import os
 import statistics
@@ -20,7 +19,7 @@ import jax
 import mujoco
 import numpy as np
 import pytest
-from conftest import slider_xml
+from conftest import load_benchmark, slider_xml
 
 from mjxrunner import backend, backend_info, cpu_fusion
 from mjxrunner.tools import bench
@@ -241,16 +240,8 @@ def test_random_actions_stay_in_ctrlrange():
     np.testing.assert_array_equal(a, expected)
 
 
-def _benchmarks_run():
-    spec = importlib.util.spec_from_file_location("benchmarks_run", ROOT / "benchmarks" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_results_summary_has_a_row_per_size_with_ratios(report):
-    runner = _benchmarks_run()
+    runner = load_benchmark("run")
     text = runner.summary([report])
     assert "## cpu" in text and backend.describe_backend(report["backend"]) in text
     assert "| sharded/rollout |" in text and "linalg=xla" in text

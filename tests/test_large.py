@@ -13,9 +13,7 @@
   native MuJoCo.
 """
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import conftest
 import mujoco
@@ -87,16 +85,8 @@ def test_nv_81_steps_at_256_worlds_and_matches_native():
 DEPTH = 12
 
 
-def chain_xml(depth: int) -> str:
-    """The chain that benchmarks/compile_depth.py measures."""
-    path = Path(__file__).parent.parent / "benchmarks" / "compile_depth.py"
-    spec = importlib.util.spec_from_file_location("compile_depth", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.chain_xml(depth)
-
-
 def test_a_12_link_chain_steps_and_matches_native():
+    chain_xml = conftest.load_benchmark("compile_depth").chain_xml  # what it measures
     m = mujoco.MjModel.from_xml_string(chain_xml(DEPTH))
     runner = MultiEnvRunner(m, 4, keyframe=0)  # bent: gravity swings every link
     d = mujoco.MjData(m)
