@@ -5,6 +5,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -37,6 +40,9 @@ settings.load_profile(os.environ.get("MJXRUNNER_HYPOTHESIS_PROFILE", "suite"))
 jax.config.update("jax_compilation_cache_dir", str(CACHE / "jax"))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+# A size bound turns on JAX's file lock around cache reads and writes (it writes
+# entries in place), so the background processes below can share the cache safely.
+jax.config.update("jax_compilation_cache_max_size", 4 << 30)
 
 
 def pytest_configure(config):
@@ -92,33 +98,57 @@ def _free_executables_between_modules():
     jax.clear_caches()
 
 
-# --- tests that run in processes of their own, started early ---------------------------
+# --- tests that run in processes of their own, in the background -------------------
 #
-# A test whose work is a separate process (float64, two-process sharding) starts it
-# when collection ends, so it compiles on the second core while this process runs
-# other tests; the test then waits for it and checks what it printed and wrote.
+# A test whose work is a separate process (float64, two-process sharding, nv = 81,
+# the notebooks, the README) is a job. When collection ends, a thread starts the
+# selected jobs one after another, in the order the suite reaches their tests, so
+# they run on the second core while this process runs other tests; a test waits for
+# its job (starting it at once if the queue has not got there) and checks what it
+# printed and wrote. One job at a time keeps the two cores from being oversubscribed.
 
 HERE = Path(__file__).parent
-_LAUNCHERS = {}  # test module name -> launch(out_dir) -> [Popen, ...]
-_STARTED: dict[str, tuple[list[subprocess.Popen], Path]] = {}
 
 
-def background(module: str):
-    """Registers ``launch(out_dir) -> [Popen, ...]`` for the tests of ``module``."""
+@dataclass
+class Job:
+    launch: Callable[[Path], list[subprocess.Popen]]  # out_dir -> processes
+    needed_by: str  # a substring of the node ids of the tests that wait for it
+    procs: list[subprocess.Popen] | None = None
+    out: Path | None = None
+
+
+_JOBS: dict[str, Job] = {}
+_LOCK = threading.Lock()
+
+
+def background(name: str, needed_by: str | None = None):
+    """Registers ``launch(out_dir) -> [Popen, ...]`` as job ``name``, started when
+    collection ends if a selected test's node id contains ``needed_by`` (default:
+    ``name``, a test module's name)."""
 
     def register(launch):
-        _LAUNCHERS[module] = launch
+        _JOBS[name] = Job(launch, needed_by or name)
         return launch
 
     return register
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    """This environment, with the tests folder importable and the suite's JAX cache."""
+    """This environment, with the tests folder importable and the suite's JAX cache
+    settings (JAX reads them from these variables when it starts)."""
+    c = jax.config
     return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-        "MJXRUNNER_JAX_CACHE": jax.config.jax_compilation_cache_dir or "",
+        "JAX_COMPILATION_CACHE_DIR": c.jax_compilation_cache_dir or "",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(
+            c.jax_persistent_cache_min_compile_time_secs
+        ),
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": str(
+            c.jax_persistent_cache_min_entry_size_bytes
+        ),
+        "JAX_COMPILATION_CACHE_MAX_SIZE": str(c.jax_compilation_cache_max_size),
         **extra,
     }
 
@@ -136,27 +166,42 @@ def start(script: str, *args: str, out: Path, env: dict[str, str] | None = None)
     return proc
 
 
-def _launch(module: str) -> None:
-    out = Path(tempfile.mkdtemp(prefix="mjxrunner-"))
-    _STARTED[module] = (_LAUNCHERS[module](out), out)
+def _launch(job: Job) -> list[subprocess.Popen]:
+    """Starts ``job`` unless it has started; its processes either way."""
+    with _LOCK:
+        if job.procs is None:
+            job.out = Path(tempfile.mkdtemp(prefix="mjxrunner-"))
+            job.procs = job.launch(job.out)
+        return job.procs
 
 
-def finished(module: str, timeout: float = 900) -> tuple[list[tuple[int, str]], Path]:
-    """Waits for ``module``'s processes: ``([(returncode, log), ...], out_dir)``."""
-    if module not in _STARTED:  # not started with the session (e.g. a direct call)
-        _launch(module)
-    procs, out = _STARTED[module]
-    return [(p.wait(timeout=timeout), p.log_path.read_text(errors="replace")) for p in procs], out
+def _run_queue(jobs: list[Job]) -> None:
+    for job in jobs:
+        for p in _launch(job):
+            p.wait()
+
+
+def finished(name: str, timeout: float = 900) -> tuple[list[tuple[int, str]], Path]:
+    """Waits for job ``name``'s processes: ``([(returncode, log), ...], out_dir)``."""
+    job = _JOBS[name]
+    procs = _launch(job)
+    return [(p.wait(timeout=timeout), p.log_path.read_text(errors="replace")) for p in procs], job.out
 
 
 def pytest_collection_finish(session):
-    selected = {Path(str(item.fspath)).stem for item in session.items}
-    for module in sorted(selected & set(_LAUNCHERS)):
-        _launch(module)
+    ids = [item.nodeid for item in session.items]
+
+    def first_use(job: Job) -> int:
+        return next((i for i, nodeid in enumerate(ids) if job.needed_by in nodeid), -1)
+
+    selected = sorted((j for j in _JOBS.values() if first_use(j) >= 0), key=first_use)
+    threading.Thread(target=_run_queue, args=(selected,), daemon=True).start()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    for procs, _ in _STARTED.values():
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    with _LOCK:
+        for job in _JOBS.values():
+            job.procs = job.procs or []  # nothing starts any more
+            for p in job.procs:
+                if p.poll() is None:
+                    p.kill()

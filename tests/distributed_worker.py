@@ -13,9 +13,6 @@ import numpy as np
 
 process_id, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
-if os.environ.get("MJXRUNNER_JAX_CACHE"):  # the suite's persistent compilation cache
-    jax.config.update("jax_compilation_cache_dir", os.environ["MJXRUNNER_JAX_CACHE"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id)
 
 from sharded_script import run  # noqa: E402

@@ -3,12 +3,13 @@
 Each notebook runs in a fresh Jupyter kernel (nbclient), from the notebooks folder, with
 the suite's environment: ``MUJOCO_GL=egl`` for headless drawing and JAX's persistent
 compilation cache in the same folder as the suite's, so compiles the suite already
-made are not repeated.
+made are not repeated. The runs are background jobs (conftest): this file run as a
+script executes one notebook and writes it, with its outputs, to the job's folder.
 """
 
+import sys
 from pathlib import Path
 
-import jax
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -40,13 +41,9 @@ def test_notebook_is_stored_without_outputs(path):
         assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, monkeypatch):
-    monkeypatch.setenv("MUJOCO_GL", "egl")
-    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend draws
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", jax.config.jax_compilation_cache_dir)
-    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
-    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+def execute(path: Path, out: Path) -> None:
+    """Runs the notebook at ``path``; writes it with its outputs to ``out``, also when
+    a cell fails (then raises CellExecutionError)."""
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb,
@@ -54,8 +51,38 @@ def test_notebook_runs(path, monkeypatch):
         kernel_name="python3",
         resources={"metadata": {"path": str(FOLDER)}},
     )
-    client.execute()  # raises CellExecutionError on the first cell that fails
+    try:
+        client.execute()
+    finally:
+        nbformat.write(nb, out / path.name)
+
+
+def register(path: Path) -> None:
+    import conftest
+
+    @conftest.background(f"notebook {path.stem}", needed_by=f"test_notebook_runs[{path.stem}]")
+    def launch(out):
+        env = conftest.subprocess_env(MUJOCO_GL="egl")
+        env.pop("MPLBACKEND", None)  # the kernel's inline backend draws
+        return [conftest.start("test_notebooks.py", str(path), str(out), out=out, env=env)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path):
+    import conftest
+
+    [(returncode, log)], out = conftest.finished(f"notebook {path.stem}")
+    assert returncode == 0, log[-4000:]
+    nb = nbformat.read(out / path.name, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert all(c.execution_count for c in nb.cells if c.cell_type == "code")
     assert not [o for o in outputs if o.output_type == "error"]
     # every notebook shows at least one figure
     assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+if __name__ == "__main__":
+    execute(Path(sys.argv[1]), Path(sys.argv[2]))
+else:
+    for _path in NOTEBOOKS:
+        register(_path)

@@ -5,16 +5,12 @@ Usage: ``python x64_script.py OUT_DIR``. Asserts as it goes and prints one line 
 figures per check.
 """
 
-import os
 import sys
 from pathlib import Path
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
-if os.environ.get("MJXRUNNER_JAX_CACHE"):
-    jax.config.update("jax_compilation_cache_dir", os.environ["MJXRUNNER_JAX_CACHE"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
