@@ -184,8 +184,8 @@ def _run_queue(jobs: list[Job]) -> None:
 def finished(name: str, timeout: float = 900) -> tuple[list[tuple[int, str]], Path]:
     """Waits for job ``name``'s processes: ``([(returncode, log), ...], out_dir)``."""
     job = _JOBS[name]
-    procs = _launch(job)
-    return [(p.wait(timeout=timeout), p.log_path.read_text(errors="replace")) for p in procs], job.out
+    logs = [(p.wait(timeout=timeout), p.log_path.read_text(errors="replace")) for p in _launch(job)]
+    return logs, job.out
 
 
 def pytest_collection_finish(session):
