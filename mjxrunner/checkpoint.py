@@ -662,7 +662,8 @@ def save_env(path: str | os.PathLike, env: Any, state: Any) -> Path:
     Args:
       path: the file to write; its directory must exist.
       env: the env (its model with per-world parameters, randomization, guards,
-        reset pool, autoreset mode and task name are saved).
+        reset pool, autoreset mode, observation normalization and task name are
+        saved).
       state: an ``EnvState`` of ``env``; :func:`load_env` continues it bit for bit.
 
     Returns:
@@ -700,6 +701,9 @@ def save_env(path: str | os.PathLike, env: Any, state: Any) -> Path:
         "autoreset": env_.AUTORESET_MODES[int(host_copy(env.mode))],
         "pool_size": env.pool_size,
         "restart_slots": env.restart_slots,
+        "obs_normalization": None
+        if env.normalize is None
+        else {"clip": env.normalize.clip, "eps": env.normalize.eps},
     }
     return write(path, "env", parts, env.host.mj_model, fields)
 
@@ -762,6 +766,9 @@ def load_env(
         restart_slots=header.get("restart_slots"),  # absent from older files
         **header["options"],
     )
+    norm = header.get("obs_normalization")  # absent from older files
+    if norm is not None:
+        env = env.with_obs_normalization(True, **norm)
     config = env.config
     _check_guards(header, config, "env", where)
     model = fill(

@@ -70,7 +70,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import backend, checks, core, engine, health, params, sharding
+from mjxrunner import backend, checks, core, engine, health, normalize, params, sharding
 from mjxrunner import guards as guards_
 from mjxrunner import tasks as tasks_
 from mjxrunner.models import HostModel, action_bounds, keyframe_id, load_any, start_data
@@ -135,6 +135,9 @@ class EnvState:
       stats: per-world :class:`EpisodeStats`.
       model: the current model when the env randomizes parameters (redrawn for
         each restarted world), else None (the env's own model).
+      obs_norm: the running observation statistics when the env normalizes
+        observations (:mod:`mjxrunner.normalize`), else None. ``obs`` and
+        ``final_obs`` are then normalized.
     """
 
     runner: RunnerState
@@ -144,6 +147,7 @@ class EnvState:
     final_mask: jax.Array = world_field(0)
     stats: EpisodeStats = None
     model: FlatModel | None = None
+    obs_norm: normalize.ObsNorm | None = None
 
     @property
     def terminated(self) -> jax.Array:
@@ -199,6 +203,9 @@ class Env:
       high: ``(nu,)`` upper action bounds.
       pool: None, or cached starts with a leading ``(pool_size,)`` axis.
       ref: what rebuilding mass-derived constants needs (None unless masses change).
+      restart_slots: worlds drawn together in one pass of a restart (static).
+      normalize: None, or how observations are normalized (static; see
+        :meth:`with_obs_normalization`).
     """
 
     task: Task = static_field()
@@ -212,6 +219,7 @@ class Env:
     pool: mjx.Data | None = None
     ref: params.Reference | None = None
     restart_slots: int = static_field(default=1)
+    normalize: normalize.Spec | None = static_field(default=None)
 
     @property
     def num_envs(self) -> int:
@@ -312,6 +320,22 @@ class Env:
         ref = engine.with_ref(self.config, self.ref, self.host.mj_model, paths)
         return self.replace(config=self.config.replace(randomization=rand), ref=ref)
 
+    def with_obs_normalization(
+        self, enabled: bool = True, *, clip: float | None = None, eps: float = 1e-8
+    ) -> Env:
+        """A copy that normalizes observations by running statistics on device.
+
+        States of the copy carry the statistics (``EnvState.obs_norm``): every step
+        updates them from the observations it returns, one sample per world, and
+        ``obs``/``final_obs`` come back as ``(obs - mean) / sqrt(var + eps)``,
+        clipped to ``[-clip, clip]`` if ``clip`` is set. :func:`reset` starts them
+        afresh unless given ``obs_norm=``; ``state.obs_norm.freeze()`` stops them
+        for evaluation. Changes the state's structure: compiles the step once.
+        """
+        if not isinstance(enabled, bool):
+            raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+        return self.replace(normalize=normalize.Spec.of(clip, eps) if enabled else None)
+
     def shard(self, devices: Any) -> Env:
         """A copy split over ``devices`` (see :meth:`MultiEnvRunner.shard`); states
         from :func:`reset` of the copy are split too."""
@@ -345,6 +369,8 @@ def make(
     reset_pool: int = 0,
     pool_seed: int = 0,
     restart_slots: int | None = None,
+    normalize_obs: bool = False,
+    obs_clip: float | None = None,
     graph_mode: str | None = None,
     naconmax: int | None = None,
     njmax: int | None = None,
@@ -374,6 +400,9 @@ def make(
         more passes. None: ``ceil(num_envs / 8)``; ``num_envs``: every restart
         draws for the whole batch (the cost no longer follows the number of
         restarts). See the module docstring.
+      normalize_obs: normalize observations by running statistics on device
+        (see :meth:`Env.with_obs_normalization`).
+      obs_clip: with ``normalize_obs``, None or the bound of normalized values.
       graph_mode, naconmax, njmax, naccdmax, nvmax: Warp options, as for
         :class:`~mjxrunner.MultiEnvRunner`.
       overflow_policy, instability_policy, max_qvel, guards: the guards, as for the
@@ -436,6 +465,8 @@ def make(
         high=put(high.astype(dtype)),
         restart_slots=restart_slots,
     )
+    if normalize_obs or obs_clip is not None:
+        env = env.with_obs_normalization(normalize_obs, clip=obs_clip)
     if reset_pool:
         env = env.with_reset_pool(reset_pool, jax.random.key(pool_seed))
     return env if devices is None else env.shard(devices)
@@ -599,22 +630,62 @@ def _sharded(fn, env: Env, *args: Any, per_world: tuple[int, ...] = ()) -> Any:
     )
 
 
-def reset(env: Env, key: jax.Array) -> EnvState:
+def reset(env: Env, key: jax.Array, obs_norm: normalize.ObsNorm | None = None) -> EnvState:
     """Starts every world afresh; statistics cleared.
 
     Args:
       env: the env.
       key: a PRNG key (typed or raw); world ``i``'s stream begins at
         ``jax.random.split(key, num_envs)[i]``.
+      obs_norm: with observation normalization, statistics to continue from
+        (e.g. the last state's ``obs_norm``); None starts them afresh. They are
+        updated with the first observations unless frozen.
 
     Returns:
       The first state: ``obs`` of the fresh starts, reward 0, flags False.
     """
     keys = core.init_keys(key, env.num_envs)  # split here, whole: not per device
-    return _sharded(_reset_local, env, keys, per_world=(0,))
+    return reset_from_keys(env, keys, obs_norm)
 
 
-def _reset_local(env: Env, pool: Any, keys: jax.Array) -> EnvState:
+def reset_from_keys(
+    env: Env, keys: jax.Array, obs_norm: normalize.ObsNorm | None = None
+) -> EnvState:
+    """:func:`reset` with each world's PRNG stream given: world ``i``'s stream begins
+    at ``keys[i]``, ``(num_envs, 2)`` raw ``uint32`` keys or ``(num_envs,)`` typed
+    keys (e.g. a trainer's own per-world keys)."""
+    if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
+        keys = jax.random.key_data(keys)
+    if keys.shape != (env.num_envs, 2) or keys.dtype != jnp.uint32:
+        raise ValueError(
+            f"keys must be ({env.num_envs}, 2) uint32 raw keys or ({env.num_envs},) typed "
+            f"keys, got {keys.dtype} {keys.shape}"
+        )
+    if env.normalize is None:
+        obs_norm = None
+    elif obs_norm is None:
+        obs_norm = normalize.init(env.observation_size, backend.float_dtype())
+    elif not isinstance(obs_norm, normalize.ObsNorm):
+        raise TypeError(f"obs_norm must be a normalize.ObsNorm or None, got {type(obs_norm)}")
+    return _sharded(_reset_local, env, keys, obs_norm, per_world=(0,))
+
+
+def _normalized(
+    env: Env, norm: normalize.ObsNorm | None, returned: jax.Array, *also: jax.Array
+) -> tuple:
+    """``(norm, returned, *also)``, with ``norm`` updated by the ``returned`` batch and
+    every observation array scaled by it; as given without normalization."""
+    if env.normalize is None:
+        return (norm, returned, *also)
+    axis = None if env.mesh is None else sharding.AXIS
+    norm = normalize.update(norm, returned, axis)
+    scale = lambda o: normalize.apply(env.normalize, norm, o)  # noqa: E731
+    return (norm, scale(returned), *map(scale, also))
+
+
+def _reset_local(
+    env: Env, pool: Any, keys: jax.Array, obs_norm: normalize.ObsNorm | None
+) -> EnvState:
     n = keys.shape[0]
     runner = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
     runner = runner.replace(rng=keys)
@@ -622,6 +693,7 @@ def _reset_local(env: Env, pool: Any, keys: jax.Array) -> EnvState:
     obs = jnp.zeros(shape.shape, shape.dtype)  # a placeholder: every world restarts
     everyone = jnp.ones((n,), bool)
     model, runner, obs = _restart(env, pool, env.model, runner, obs, everyone, slots=n)
+    obs_norm, obs = _normalized(env, obs_norm, obs)
     dtype = runner.data.qpos.dtype
     return EnvState(
         runner=runner,
@@ -631,6 +703,7 @@ def _reset_local(env: Env, pool: Any, keys: jax.Array) -> EnvState:
         final_mask=jnp.zeros((n,), bool),
         stats=_zeros_stats(n, dtype),
         model=_carried(env, model),
+        obs_norm=obs_norm,
     )
 
 
@@ -725,14 +798,19 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         overflow=jnp.where(same_step, runner.overflow, restarted.overflow),
     )
     final_mask = same_step & done
+    # Statistics move by what the step returns: one observation per world per step.
+    obs_norm, new_obs, final_obs = _normalized(
+        env, state.obs_norm, new_obs, _pick(final_mask, obs, new_obs)
+    )
     return EnvState(
         runner=runner,
         obs=new_obs,
         reward=jnp.where(next_step & prev_done, 0.0, reward).astype(dtype),
-        final_obs=_pick(final_mask, obs, new_obs),
+        final_obs=final_obs,
         final_mask=final_mask,
         stats=stats.replace(episode_return=jnp.where(restart, 0.0, episode_return).astype(dtype)),
         model=_carried(env, model),
+        obs_norm=obs_norm,
     )
 
 
@@ -747,6 +825,8 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
     Returns:
       The state with those worlds' data, observation, flags, reward and running
       return reset; other worlds and all statistics of completed episodes unchanged.
+      Observation statistics scale the new observations but do not move (each
+      step counts every world once).
     """
     mask = jnp.asarray(mask)
     if mask.dtype != bool or mask.shape != (env.num_envs,):
@@ -758,7 +838,10 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
 
 def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -> EnvState:
     model = env.model if state.model is None else state.model
-    model, runner, obs = _restart(env, pool, model, state.runner, state.obs, mask)
+    model, runner, fresh = _restart(env, pool, model, state.runner, state.obs, mask)
+    if env.normalize is not None:  # scaled, not counted: steps count each world once
+        fresh = normalize.apply(env.normalize, state.obs_norm, fresh)
+    obs = _pick(mask, fresh, state.obs)
     return state.replace(
         runner=runner,
         obs=obs,

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,18 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 # A size bound turns on JAX's file lock around cache reads and writes (it writes
 # entries in place), so the background processes below can share the cache safely.
 jax.config.update("jax_compilation_cache_max_size", 4 << 30)
+
+
+def _stamp_cache_entries(folder: Path) -> None:
+    """Gives entries written without a size bound (no ``-atime`` file beside them) an
+    access time: JAX's eviction reads one per entry and otherwise fails every write."""
+    for entry in folder.glob("*-cache"):
+        atime = entry.with_name(entry.name.removesuffix("-cache") + "-atime")
+        if not atime.exists():
+            atime.write_bytes(time.time_ns().to_bytes(8, "little"))
+
+
+_stamp_cache_entries(CACHE / "jax")
 
 
 def pytest_configure(config):
