@@ -8,7 +8,7 @@ from mjxrunner import cpu_fusion, cpu_linalg
 cpu_linalg.install()
 cpu_fusion.install()
 
-from mjxrunner import checkpoint, core, engine, guards, health, models  # noqa: E402
+from mjxrunner import checkpoint, core, engine, guards, health, models, registration  # noqa: E402
 from mjxrunner.backend import CompileCounter, backend_info  # noqa: E402
 from mjxrunner.runner import MultiEnvRunner  # noqa: E402
 from mjxrunner.state import RunnerState  # noqa: E402
@@ -39,11 +39,14 @@ __all__ = [
     "health",
     "models",
     "pytree_dataclass",
+    "registration",
     "select_worlds",
     "static_field",
     "world_axes",
     "world_field",
     "world_mask",
 ]
+
+registration.register_all()  # gymnasium.make_vec("mjxrunner/CartpoleBalance-v0", ...)
 
 __version__ = "0.1.0"

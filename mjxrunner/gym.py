@@ -1,17 +1,29 @@
 """A Gymnasium ``VectorEnv`` over the functional env: NumPy in, NumPy out.
 
-It holds one :class:`~mjxrunner.env.EnvState` and the compiled ``reset``/``step``
-of :mod:`mjxrunner.env` (shared by every adapter in the process, and with your own
-calls of the same jitted functions), and follows the semantics of
-``gymnasium.vector.SyncVectorEnv``: the three autoreset modes, ``final_obs`` and
-``final_info`` with their masks in ``SAME_STEP``, partial resets through
-``reset(options={"reset_mask": mask})``. ``terminated`` and ``truncated`` stay apart.
-Each call moves its results to the host in one transfer.
+It holds the env and its state in a :class:`~mjxrunner.door.Door` (one compiled
+step with flat arguments, shared by every door in the process) and follows the
+semantics of ``gymnasium.vector.SyncVectorEnv``: the three autoreset modes,
+``final_obs`` and ``final_info`` with their masks in ``SAME_STEP``, partial resets
+through ``reset(options={"reset_mask": mask})``. ``terminated`` and ``truncated``
+stay apart. Each call moves its results to the host in one transfer.
+
+Rendering copies only the drawn worlds' state to the host
+(:class:`~mjxrunner.render.WorldRenderer`), never the batch. With
+``render_mode="rgb_array"``, :meth:`MjxVectorEnv.render` returns what Gymnasium's
+vector wrappers (``RecordVideo``, ``HumanRendering``) read: one frame per world, as
+a lazy sequence that draws a world when its frame is read, so
+``RecordVideo(env, folder, record_first_only=True)`` draws one world per frame at any
+batch size. ``"rgb_array_list"`` records, at every reset and step, one picture of
+the ``render_worlds`` side by side, and :meth:`~MjxVectorEnv.render` returns and
+clears them; :meth:`~MjxVectorEnv.render_tiled` draws that picture now in either
+mode. Importing mjxrunner registers every built-in task with Gymnasium
+(:mod:`mjxrunner.registration`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import gymnasium
@@ -21,7 +33,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from mjxrunner import checks, core, guards
+from mjxrunner import checks, core, door, render
 from mjxrunner import env as env_
 from mjxrunner.tasks.base import Task
 
@@ -30,6 +42,32 @@ _MODES = {
     AutoresetMode.SAME_STEP: "same_step",
     AutoresetMode.DISABLED: "disabled",
 }
+
+
+class WorldFrames(Sequence):
+    """One frame per world, each drawn the first time it is read.
+
+    Args:
+      draw: ``draw(world) -> (height, width, 3)`` uint8.
+      num_envs: number of worlds.
+    """
+
+    def __init__(self, draw: Callable[[int], np.ndarray], num_envs: int):
+        self._draw, self._n, self._drawn = draw, num_envs, {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._n))]
+        world = range(self._n)[index]  # IndexError past the end, negatives from the end
+        if world not in self._drawn:
+            self._drawn[world] = self._draw(world)
+        return self._drawn[world]
+
+
+_STEP_FIELDS = ("obs", "reward", "terminated", "truncated", "final_obs", "final_mask")
 
 
 def _reseed(state: env_.EnvState, mask: np.ndarray, key: jax.Array) -> env_.EnvState:
@@ -67,11 +105,22 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
       device: None, a ``jax.Device`` or a platform name.
       model: a scene to use instead of the task's (see :func:`mjxrunner.env.make`).
       reset_pool: if > 0, restarts draw from this many cached starts.
+      render_mode: None, ``"rgb_array"`` (:meth:`render` returns one frame per
+        world, drawn when read) or ``"rgb_array_list"`` (every reset and step
+        records a side-by-side picture of ``render_worlds``; :meth:`render`
+        returns and clears them).
+      render_worlds: the worlds :meth:`render_tiled` shows side by side (default:
+        the first ``min(4, num_envs)``).
+      render_size: ``(width, height)`` of a frame in pixels.
+      camera: None (a free camera: the model's first camera for one world's frame,
+        a camera framing them all for the side-by-side picture), or a camera
+        name or index of the model.
       **options: every other option of :func:`mjxrunner.env.make`, passed through:
         Warp capacities and ``graph_mode``, ``overflow_policy``,
-        ``instability_policy``, ``max_qvel``, ``guards``, ``devices``. Guards with
-        policy ``"warn"`` or ``"raise"`` are applied after each step; ``"raise"``
-        keeps the state of before the step.
+        ``instability_policy``, ``max_qvel``, ``guards``, ``devices``,
+        ``restart_slots``, ``normalize_obs`` and ``obs_clip``. Guards with policy
+        ``"warn"`` or ``"raise"`` are applied after each step; ``"raise"`` keeps the
+        state of before the step.
 
     Per-world parameters and randomization: :meth:`set_param` and
     :meth:`set_randomization`, as on the runner.
@@ -81,7 +130,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
     (actions outside it are clipped, as MuJoCo clamps limited controls).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array", "rgb_array_list"]}
 
     def __init__(
         self,
@@ -94,11 +143,20 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         device: Any = None,
         model: mujoco.MjModel | str | os.PathLike | None = None,
         reset_pool: int = 0,
+        render_mode: str | None = None,
+        render_worlds: Any = None,
+        render_size: tuple[int, int] = (640, 480),
+        camera: int | str | None = None,
         **options: Any,
     ):
         mode = _autoreset_mode(autoreset_mode)
         self._seed = checks.count(seed, "seed", minimum=0)
-        self.env = env_.make(
+        if render_mode is not None and render_mode not in type(self).metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be None or one of {type(self).metadata['render_modes']}, "
+                f"got {render_mode!r}"
+            )
+        env = env_.make(
             task,
             num_envs,
             autoreset=_MODES[mode],
@@ -109,9 +167,25 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             pool_seed=self._seed,
             **options,
         )
-        self.num_envs = self.env.num_envs
+        self._door = door.Door(env)
+        self.num_envs = env.num_envs
         self.autoreset_mode = mode
-        self.metadata = {**type(self).metadata, "autoreset_mode": mode}
+        control_dt = float(env.host.mj_model.opt.timestep) * env.task.substeps
+        self.metadata = {
+            **type(self).metadata,
+            "autoreset_mode": mode,
+            "render_fps": max(1, round(1.0 / control_dt)),
+        }
+        self.render_mode = render_mode
+        if render_worlds is None:
+            render_worlds = range(min(4, self.num_envs))
+        self._render_worlds = [int(w) for w in checks.env_ids(render_worlds, self.num_envs)]
+        if not self._render_worlds:
+            raise ValueError("render_worlds must name at least one world")
+        self._render_size = render.check_size(*render_size)
+        self._camera = camera
+        self._renderer: render.WorldRenderer | None = None
+        self._frames: list[np.ndarray] = []
         low, high = (np.asarray(b, np.float32) for b in (self.env.low, self.env.high))
         obs_dim = self.env.observation_size
         self.single_observation_space = gymnasium.spaces.Box(
@@ -120,9 +194,18 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self.single_action_space = gymnasium.spaces.Box(low, high, low.shape, np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self._state: env_.EnvState | None = None
         self._done = np.zeros((self.num_envs,), bool)
-        self._host_guards = bool(guards.host_policies(self.env.config.guards))
+        if camera is not None:
+            self._world_renderer()._camera(camera)  # refuse a bad camera now
+
+    @property
+    def env(self) -> env_.Env:
+        """The functional :class:`~mjxrunner.env.Env` under this adapter."""
+        return self._door.env
+
+    @env.setter
+    def env(self, env: env_.Env) -> None:
+        self._door.env = env
 
     def set_param(self, path: str, values: Any, env_ids: Any = None) -> None:
         """Sets a model field for all worlds or per world (see
@@ -137,7 +220,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self.env = self.env.with_randomization(
             terms, on_reset=on_reset, every_n_steps=every_n_steps
         )
-        self._state = None
+        self._door = door.Door(self.env)  # the state no longer fits: reset() first
 
     @property
     def health(self) -> Any:
@@ -151,9 +234,15 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
     @property
     def state(self) -> env_.EnvState:
         """The current :class:`~mjxrunner.env.EnvState` (device arrays)."""
-        if self._state is None:
-            raise RuntimeError("call reset() before reading the state")
-        return self._state
+        return self._door.state
+
+    def freeze_obs_normalization(self, frozen: bool = True) -> None:
+        """Stops (or resumes) the running observation statistics, e.g. to evaluate;
+        the env must normalize observations (``normalize_obs=True``)."""
+        state = self.state
+        if state.obs_norm is None:
+            raise ValueError("this env does not normalize observations (normalize_obs=True)")
+        self._door.state = state.replace(obs_norm=state.obs_norm.freeze(frozen))
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -187,22 +276,26 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
                 )
             if not mask.any():
                 raise ValueError("options['reset_mask'] must select at least one world")
-            if self._state is None:
+            if not self._door.ready:
                 raise RuntimeError("reset() without a mask must come first")
         super().reset(seed=seed)
 
-        if mask is None and (seed is not None or self._state is None):
+        if mask is None and (seed is not None or not self._door.ready):
             key = jax.random.key(self._seed if seed is None else seed)
-            state = env_.jit_reset(self.env, key)
+            # Running observation statistics survive resets, as in Gymnasium's wrapper.
+            norm = self._door.state.obs_norm if self._door.ready else None
+            state = env_.jit_reset(self.env, key, norm)
         else:
             mask = np.ones((self.num_envs,), bool) if mask is None else mask
-            state = self._state
+            state = self.state
             if seed is not None:
                 state = _reseed(state, mask, jax.random.key(seed))
             state = env_.jit_reset_worlds(self.env, state, mask)
-        self._state = state
+        self._door.state = state
         obs, done = jax.device_get((state.obs, state.done))
         self._done = np.asarray(done)
+        if self.render_mode == "rgb_array_list":
+            self._frames = [self.render_tiled()]
         return np.asarray(obs, np.float32), {}
 
     def step(
@@ -225,7 +318,8 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             a world whose episode ended has not been reset.
           TypeError, ValueError: ``actions`` of the wrong type, shape or values.
         """
-        state = self.state
+        if not self._door.ready:
+            raise RuntimeError("call reset() before step()")
         actions = checks.finite_array(
             actions, "actions", (self.num_envs, self.env.action_size), np.float32
         )
@@ -235,21 +329,10 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
                 "autoreset_mode DISABLED reset them with reset(options={'reset_mask': ...}) "
                 "before stepping"
             )
-        new = env_.jit_step(self.env, state, actions)
-        found = env_.check_guards(self.env, state, new) if self._host_guards else None
-        if found is not None:  # "raise": the state of before the step stays current
-            guard, worlds = found
-            raise guard.error(guard.message(worlds, new.runner))
-        self._state = state = new
+        self._door.step(actions)  # "raise" guards keep the state of before the step
+        get = self._door.get
         obs, reward, terminated, truncated, final_obs, final_mask = jax.device_get(
-            (
-                state.obs,
-                state.reward,
-                state.terminated,
-                state.truncated,
-                state.final_obs,
-                state.final_mask,
-            )
+            [get(k) for k in _STEP_FIELDS]
         )
         terminated, truncated = np.asarray(terminated), np.asarray(truncated)
         self._done = terminated | truncated
@@ -265,6 +348,8 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
                 "final_info": {},
                 "_final_info": ended.copy(),
             }
+        if self.render_mode == "rgb_array_list":
+            self._frames.append(self.render_tiled())
         return (
             np.asarray(obs, np.float32),
             np.asarray(reward, np.float64),
@@ -272,6 +357,52 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             truncated,
             infos,
         )
+
+    # --- rendering ---------------------------------------------------------------------
+
+    def _world_renderer(self) -> render.WorldRenderer:
+        if self._renderer is None:
+            self._renderer = render.WorldRenderer(self.env.host.mj_model)
+        return self._renderer
+
+    def _drawn(self) -> tuple[render.WorldRenderer, Any, Any]:
+        state = self.state
+        model = (self.env.model if state.model is None else state.model).tree
+        return self._world_renderer(), model, state.runner.data
+
+    def render_tiled(self) -> np.ndarray:
+        """The ``render_worlds`` of the current state side by side, ``(height, width,
+        3)`` uint8 (any render mode)."""
+        renderer, model, data = self._drawn()
+        worlds, (width, height) = self._render_worlds, self._render_size
+        if len(worlds) == 1:
+            return renderer.frame(model, data, worlds[0], self._camera, width, height)
+        origins = render.spread(renderer, model, data, worlds)
+        return renderer.tiled(model, data, worlds, origins, self._camera, width, height)
+
+    def render(self) -> Sequence[np.ndarray] | list[np.ndarray] | None:
+        """``"rgb_array"``: one ``(height, width, 3)`` uint8 frame per world of the
+        current state, as a lazy sequence (:class:`WorldFrames`: a world is drawn,
+        and copied from the device, only when its frame is read; the sequence keeps
+        showing this state after later steps). ``"rgb_array_list"``: the pictures
+        recorded since the last call (then cleared). None without a render mode."""
+        if self.render_mode is None:
+            return None
+        if self.render_mode == "rgb_array":
+            renderer, model, data = self._drawn()
+            width, height = self._render_size
+
+            def draw(world: int) -> np.ndarray:
+                return renderer.frame(model, data, world, self._camera, width, height)
+
+            return WorldFrames(draw, self.num_envs)
+        frames, self._frames = self._frames, []
+        return frames
+
+    def close_extras(self, **kwargs: Any) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
 
     def episode_statistics(self) -> dict[str, Any]:
         """NumPy view of the per-world episode statistics (see

@@ -71,7 +71,7 @@ def _fetch(tree: Any) -> tuple[Any, int]:
     return host, sum(np.asarray(x).nbytes for x in jax.tree.leaves(host))
 
 
-def _check_size(width: Any, height: Any) -> tuple[int, int]:
+def check_size(width: Any, height: Any) -> tuple[int, int]:
     width = checks.count(width, "width")
     height = checks.count(height, "height")
     if width > MAX_SIZE or height > MAX_SIZE:
@@ -219,7 +219,7 @@ class WorldRenderer:
         Returns:
           ``(height, width, 3)`` uint8.
         """
-        width, height = _check_size(width, height)
+        width, height = check_size(width, height)
         camera = self._camera(camera)
         world = self._check_world(data, world)
         renderer = self._renderer(width, height)
@@ -259,7 +259,7 @@ class WorldRenderer:
         Returns:
           ``(height, width, 3)`` uint8.
         """
-        width, height = _check_size(width, height)
+        width, height = check_size(width, height)
         azimuth = checks.real(azimuth, "azimuth")
         elevation = checks.real(elevation, "elevation")
         worlds = [self._check_world(data, w) for w in worlds]
@@ -399,14 +399,21 @@ def render(
     return renderer_for(runner).frame(runner.model, runner.data, world, camera, width, height)
 
 
+def spread(
+    renderer: WorldRenderer, model: mjx.Model, data: mjx.Data, worlds: Sequence[int]
+) -> np.ndarray:
+    """``(len(worlds), 3)`` display origins: a row along x, 1.2 world widths apart."""
+    width = renderer.world_width(model, data, worlds[0])
+    origins = np.zeros((len(worlds), 3))
+    origins[:, 0] = np.arange(len(worlds)) * max(1.2 * width, 0.1)
+    return origins
+
+
 def _display_origins(runner: Any, worlds: list[int]) -> np.ndarray:
     """The worlds' layout origins; if they coincide, a row spaced by a world's width."""
     origins = runner.env_origins[worlds]
     if len(worlds) > 1 and np.ptp(origins, axis=0).max() == 0:
-        width = renderer_for(runner).world_width(runner.model, runner.data, worlds[0])
-        spacing = max(1.2 * width, 0.1)
-        origins = np.zeros_like(origins)
-        origins[:, 0] = np.arange(len(worlds)) * spacing
+        origins = spread(renderer_for(runner), runner.model, runner.data, worlds)
     return origins
 
 
@@ -455,7 +462,7 @@ def render_video(
         raise ValueError("worlds must name at least one world")
     n_steps = checks.count(n_steps, "n_steps")
     fps = checks.real(fps, "fps", positive=True)
-    width, height = _check_size(width, height)
+    width, height = check_size(width, height)
     if path is not None:
         path = Path(path)
         if path.suffix.lower() not in _VIDEO_SUFFIXES:

@@ -1,0 +1,146 @@
+"""The stateful shell under every stateful front door (Gymnasium, PyTorch, rsl_rl, skrl).
+
+A :class:`Door` holds an :class:`~mjxrunner.env.Env` and its current
+:class:`~mjxrunner.env.EnvState` as flat lists of leaves, and steps them with one
+compiled call whose arguments are those lists. The pure functions of
+:mod:`mjxrunner.env` take pytrees; flattening an ``EnvState`` (and the env's
+``mjx.Data`` start) runs MJX's Python flatteners on every call, which cost more
+host time per step than a small batch's physics. Here the env is flattened once
+per change and the state never: the step returns leaves, and a field is read by
+its index (:meth:`Door.get`). The pytree is rebuilt only when asked for
+(:attr:`Door.state`).
+
+The compiled functions are shared by every door of the same structure in the
+process, as :func:`mjxrunner.env.jit_step` is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from mjxrunner import env as env_
+from mjxrunner import guards
+
+# Fields a door reads after a step, by name -> path in ``EnvState``.
+FIELDS = {
+    "obs": ("obs",),
+    "reward": ("reward",),
+    "terminated": ("runner", "terminated"),
+    "truncated": ("runner", "truncated"),
+    "final_obs": ("final_obs",),
+    "final_mask": ("final_mask",),
+    "episode_length": ("runner", "episode_length"),
+}
+
+_COMPILED: dict[tuple, Callable] = {}
+
+
+def _leaf_index(treedef: Any, template: Any) -> dict[str, int]:
+    """Index of each of :data:`FIELDS` among the leaves of an ``EnvState``."""
+    paths = [
+        tuple(getattr(k, "name", getattr(k, "key", None)) for k in path)
+        for path, _ in jax.tree_util.tree_flatten_with_path(template)[0]
+    ]
+    return {name: paths.index(path) for name, path in FIELDS.items()}
+
+
+def _flat_step(env_def: Any, state_def: Any) -> Callable:
+    """``jit`` of :func:`mjxrunner.env.step` on leaves, for one structure."""
+    key = ("step", env_def, state_def)
+    if key not in _COMPILED:
+
+        def run(env_leaves, state_leaves, action):
+            env = jax.tree.unflatten(env_def, env_leaves)
+            state = jax.tree.unflatten(state_def, state_leaves)
+            new = env_.step(env, state, action)
+            leaves, new_def = jax.tree.flatten(new)
+            if new_def != state_def:  # at trace time: a step keeps the state's structure
+                raise AssertionError(f"the step changed the state's structure: {new_def}")
+            return leaves
+
+        _COMPILED[key] = jax.jit(run)
+    return _COMPILED[key]
+
+
+class Door:
+    """An env and its current state, stepped with flat arguments.
+
+    Args:
+      env: the :class:`~mjxrunner.env.Env`.
+
+    Attributes:
+      env: the env; assigning one re-flattens it (e.g. after ``with_param``).
+    """
+
+    def __init__(self, env: env_.Env):
+        self.env = env
+        self._leaves: list[jax.Array] | None = None
+        self._state_def: Any = None
+        self._state: env_.EnvState | None = None
+        self._index: dict[str, int] = {}
+
+    @property
+    def env(self) -> env_.Env:
+        return self._env
+
+    @env.setter
+    def env(self, env: env_.Env) -> None:
+        if not isinstance(env, env_.Env):
+            raise TypeError(f"env must be a mjxrunner.env.Env, got {type(env).__name__}")
+        self._env = env
+        self._env_leaves, self._env_def = jax.tree.flatten(env)
+        self._host_guards = bool(guards.host_policies(env.config.guards))
+
+    @property
+    def ready(self) -> bool:
+        """True once a state has been set (by a reset)."""
+        return self._leaves is not None
+
+    @property
+    def state(self) -> env_.EnvState:
+        """The current state as a pytree (rebuilt from the leaves once per step)."""
+        if self._leaves is None:
+            raise RuntimeError("call reset() before reading the state")
+        if self._state is None:
+            self._state = jax.tree.unflatten(self._state_def, self._leaves)
+        return self._state
+
+    @state.setter
+    def state(self, state: env_.EnvState) -> None:
+        if not isinstance(state, env_.EnvState):
+            raise TypeError(f"state must be a mjxrunner.env.EnvState, got {type(state).__name__}")
+        leaves, state_def = jax.tree.flatten(state)
+        if self._state_def is None or state_def != self._state_def:
+            self._index = _leaf_index(state_def, state)
+            self._state_def = state_def
+        self._leaves, self._state = leaves, state
+
+    def get(self, name: str) -> jax.Array:
+        """A field of the current state by name (one of :data:`FIELDS`), no rebuild."""
+        if self._leaves is None:
+            raise RuntimeError("call reset() before reading the state")
+        return self._leaves[self._index[name]]
+
+    def step(self, action: jax.Array) -> None:
+        """Steps every world with a ``(num_envs, nu)`` array.
+
+        Guards with policy ``"warn"`` or ``"raise"`` are applied here (one host
+        transfer of their flags); ``"raise"`` keeps the state of before the step
+        and raises the guard's error.
+        """
+        if self._leaves is None:
+            raise RuntimeError("call reset() before step()")
+        step = _flat_step(self._env_def, self._state_def)
+        before, before_state = self._leaves, self._state
+        self._leaves, self._state = step(self._env_leaves, self._leaves, action), None
+        if self._host_guards:
+            prev = jax.tree.unflatten(self._state_def, before)
+            found = env_.check_guards(self._env, prev, self.state)
+            if found is not None:
+                after = self.state.runner
+                self._leaves, self._state = before, before_state
+                guard, worlds = found
+                raise guard.error(guard.message(worlds, after))
