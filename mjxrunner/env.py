@@ -17,7 +17,8 @@ Autoreset modes, with Gymnasium's meaning:
   ``final_obs`` and ``final_mask`` says which worlds restarted. The flags report
   the episode that just ended.
 * ``"disabled"``: no restart; call :func:`reset_worlds` yourself. Stepping an ended
-  world continues its physics, and its episode is counted only once.
+  world continues its physics, its flags stay those of its episode's end until it
+  is restarted, and its episode is counted only once.
 
 Fresh starts: each restart draws a new start for the world from the world's own PRNG
 stream (``RunnerState.rng``): world ``i``'s stream begins at
@@ -767,11 +768,15 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     reward = reward.astype(dtype)
     terminated = jax.vmap(task.terminated, in_axes=(axes, 0))(tree, runner.data).astype(bool)
     truncated = (runner.episode_length >= task.max_episode_steps) | runner.truncated
-    done = terminated | truncated
-
     # A world whose last step ended its episode is stale now (restarted below in
     # "next_step", left alone in "disabled"); in "same_step" it was restarted already.
     stale = prev_done & ~same_step
+    # "disabled": an ended world keeps the flags of its episode's end until
+    # reset_worlds restarts it (a fallen pole that swings back is still fallen).
+    sticky = stale & (env.mode == DISABLED)
+    terminated = jnp.where(sticky, prev.terminated, terminated)
+    truncated = jnp.where(sticky, prev.truncated, truncated)
+    done = terminated | truncated
     stats = state.stats
     episode_return = stats.episode_return + jnp.where(stale, 0.0, reward).astype(dtype)
     ended = done & ~stale

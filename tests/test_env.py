@@ -185,6 +185,25 @@ def test_statistics_count_each_episode_once(runs, mode):
     assert isinstance(view["last_return"], np.ndarray)
 
 
+def test_disabled_mode_keeps_an_ended_worlds_flags(env):
+    """An ended world stays ended until reset_worlds, whatever its physics does next
+    (a fallen pole that swings back within the angle is still fallen), so its
+    episode is never counted twice. Here the flags of upright worlds 0 and 1 are
+    set as if their episodes had ended; the physics alone would clear them."""
+    off = env.with_autoreset("disabled")
+    s = E.jit_reset(off, jax.random.key(0))
+    runner = s.runner.replace(
+        terminated=s.runner.terminated.at[0].set(True), truncated=s.runner.truncated.at[1].set(True)
+    )
+    s = s.replace(runner=runner)
+    for _ in range(3):
+        s = E.jit_step(off, s, np.zeros((N, 1), np.float32))
+        np.testing.assert_array_equal(s.terminated, [True, False, False, False])
+        np.testing.assert_array_equal(s.truncated, [False, True, False, False])
+    np.testing.assert_array_equal(s.stats.completed, [0, 0, 0, 0])  # counted when they ended
+    np.testing.assert_array_equal(s.stats.episode_return[:2], [0, 0])  # stale: no reward
+
+
 # --- manual resets, blow-ups, compiles --------------------------------------------------
 
 
