@@ -43,28 +43,28 @@ def _array(value: Any, name: str) -> np.ndarray:
     return arr
 
 
-def env_ids(value: Any, num_envs: int) -> np.ndarray:
+def env_ids(value: Any, num_envs: int, name: str = "env_ids") -> np.ndarray:
     """World indices, in the order given, as unique int64 in ``[0, num_envs)``.
 
     Accepts an int, a sequence or 1-D array of ints; refuses bools, floats,
     duplicates and out-of-range or negative ids (no Python-style wrap-around).
     """
     if isinstance(value, (bool, np.bool_)):
-        raise TypeError("env_ids must be ints, got a bool (pass a mask to reset() instead)")
+        raise TypeError(f"{name} must be ints, got a bool (pass a mask to reset() instead)")
     if isinstance(value, numbers.Integral):
         value = [value]
-    ids = _array(value, "env_ids")
+    ids = _array(value, name)
     if ids.size == 0:
         return np.zeros((0,), np.int64)
     if ids.dtype.kind not in "iu":  # not bool, and not timedelta (a NumPy "integer")
-        raise TypeError(f"env_ids must be integers, got dtype {ids.dtype}")
+        raise TypeError(f"{name} must be integers, got dtype {ids.dtype}")
     if ids.ndim != 1:
-        raise ValueError(f"env_ids must be 1-D, got shape {ids.shape}")
+        raise ValueError(f"{name} must be 1-D, got shape {ids.shape}")
     bad = ids[(ids < 0) | (ids >= num_envs)]
     if bad.size:
-        raise ValueError(f"env_ids must lie in [0, {num_envs}), got {bad.tolist()}")
+        raise ValueError(f"{name} must lie in [0, {num_envs}), got {bad.tolist()}")
     if np.unique(ids).size != ids.size:
-        raise ValueError(f"env_ids must be unique, got duplicates in {ids.tolist()}")
+        raise ValueError(f"{name} must be unique, got duplicates in {ids.tolist()}")
     return ids.astype(np.int64)
 
 

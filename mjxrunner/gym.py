@@ -179,7 +179,9 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self.render_mode = render_mode
         if render_worlds is None:
             render_worlds = range(min(4, self.num_envs))
-        self._render_worlds = [int(w) for w in checks.env_ids(render_worlds, self.num_envs)]
+        self._render_worlds = [
+            int(w) for w in checks.env_ids(render_worlds, self.num_envs, "render_worlds")
+        ]
         if not self._render_worlds:
             raise ValueError("render_worlds must name at least one world")
         self._render_size = render.check_size(*render_size)

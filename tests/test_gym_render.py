@@ -96,11 +96,11 @@ def test_record_video_writes_a_video_of_real_frames(tmp_path):
 def test_render_options_are_checked():
     with pytest.raises(ValueError, match="render_mode"):
         MjxVectorEnv("cartpole_balance", 2, render_mode="human")
-    with pytest.raises(ValueError, match="env_ids|world"):
+    with pytest.raises(ValueError, match=r"render_worlds must lie in \[0, 2\)"):
         MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", render_worlds=[5])
     with pytest.raises(ValueError, match="render_worlds"):
         MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", render_worlds=[])
-    with pytest.raises((ValueError, TypeError), match="width|height"):
+    with pytest.raises(ValueError, match="width must be >= 1"):
         MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", render_size=(0, 10))
     with pytest.raises(ValueError, match="camera"):
         MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", camera="nope")

@@ -140,3 +140,17 @@ def test_checkpoint_never_imports_the_runner():
     graph = import_graph()  # and the runner imports it only inside its methods
     assert "mjxrunner.checkpoint" not in graph["mjxrunner.runner"]
     assert "mjxrunner.runner" not in graph["mjxrunner.checkpoint"]
+
+
+def test_import_mjxrunner_imports_no_trainer():
+    """The trainers are optional extras: only their adapter modules import them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mjxrunner, mjxrunner.gym; "
+        "print(sorted(m for m in ('torch', 'brax', 'rsl_rl', 'skrl', 'tensordict', 'flax') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,40 @@
+"""Real third-party trainers learn cartpole balance through our adapters (CPU, seeded).
+
+Each trainer runs in a background process of its own (trainers_script.py; conftest
+starts them one after another when collection ends): rsl_rl's ``OnPolicyRunner``
+over :class:`mjxrunner.rsl_rl.RslRlVecEnv`, skrl's PPO over
+:class:`mjxrunner.torch.TorchVecEnv` wrapped by skrl's own ``wrap_env``, and Brax's
+``ppo.train`` over :class:`mjxrunner.brax.BraxEnv`. The baseline is a uniformly
+random policy on the same task and worlds, measured in the same process: a mean
+return of ~68 of a possible 200. Measured after training (deterministic policy, 64
+worlds, one episode each): rsl_rl 200.0 (40 iterations, 82 k steps, 12 s), skrl
+199.9 (1280 steps of 64 worlds, 7 s), Brax 199.8 (100 k steps, 32 s with its
+compile). The test asks for 2.5x the baseline.
+"""
+
+import json
+
+import conftest
+import pytest
+
+TRAINERS = ("rsl_rl", "skrl", "brax")
+
+
+def register(trainer: str) -> None:
+    @conftest.background(f"trainer {trainer}", needed_by=f"test_trainer_learns[{trainer}]")
+    def launch(out):
+        return [conftest.start("trainers_script.py", trainer, str(out), out=out)]
+
+
+for _trainer in TRAINERS:
+    register(_trainer)
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_trainer_learns(trainer):
+    [(returncode, log)], out = conftest.finished(f"trainer {trainer}")
+    assert returncode == 0, log[-4000:]
+    result = json.loads((out / "result.json").read_text())
+    print(result)
+    assert 20 < result["random"] < 120  # the baseline is what it was measured to be
+    assert result["trained"] >= 2.5 * result["random"], result
