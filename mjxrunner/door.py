@@ -47,9 +47,10 @@ def _leaf_index(treedef: Any, template: Any) -> dict[str, int]:
     return {name: paths.index(path) for name, path in FIELDS.items()}
 
 
-def _flat_step(env_def: Any, state_def: Any) -> Callable:
-    """``jit`` of :func:`mjxrunner.env.step` on leaves, for one structure."""
-    key = ("step", env_def, state_def)
+def _flat_step(env_def: Any, state_def: Any, pack: Callable | None) -> Callable:
+    """``jit`` of :func:`mjxrunner.env.step` on leaves, for one structure: returns
+    ``(new leaves, pack(new state))``."""
+    key = ("step", env_def, state_def, pack)
     if key not in _COMPILED:
 
         def run(env_leaves, state_leaves, action):
@@ -59,7 +60,7 @@ def _flat_step(env_def: Any, state_def: Any) -> Callable:
             leaves, new_def = jax.tree.flatten(new)
             if new_def != state_def:  # at trace time: a step keeps the state's structure
                 raise AssertionError(f"the step changed the state's structure: {new_def}")
-            return leaves
+            return leaves, None if pack is None else pack(new)
 
         _COMPILED[key] = jax.jit(run)
     return _COMPILED[key]
@@ -70,12 +71,16 @@ class Door:
 
     Args:
       env: the :class:`~mjxrunner.env.Env`.
+      pack: None, or ``pack(state) -> arrays`` computed inside the compiled step
+        and returned by :meth:`step`: e.g. the outputs a door hands out, gathered
+        into a few buffers so that handing them out costs one export each.
 
     Attributes:
       env: the env; assigning one re-flattens it (e.g. after ``with_param``).
     """
 
-    def __init__(self, env: env_.Env):
+    def __init__(self, env: env_.Env, pack: Callable | None = None):
+        self._pack = pack
         self.env = env
         self._leaves: list[jax.Array] | None = None
         self._state_def: Any = None
@@ -124,8 +129,9 @@ class Door:
             raise RuntimeError("call reset() before reading the state")
         return self._leaves[self._index[name]]
 
-    def step(self, action: jax.Array) -> None:
-        """Steps every world with a ``(num_envs, nu)`` array.
+    def step(self, action: jax.Array) -> Any:
+        """Steps every world with a ``(num_envs, nu)`` array; returns ``pack(state)``
+        of the new state (None without ``pack``).
 
         Guards with policy ``"warn"`` or ``"raise"`` are applied here (one host
         transfer of their flags); ``"raise"`` keeps the state of before the step
@@ -133,9 +139,10 @@ class Door:
         """
         if self._leaves is None:
             raise RuntimeError("call reset() before step()")
-        step = _flat_step(self._env_def, self._state_def)
+        step = _flat_step(self._env_def, self._state_def, self._pack)
         before, before_state = self._leaves, self._state
-        self._leaves, self._state = step(self._env_leaves, self._leaves, action), None
+        self._leaves, packed = step(self._env_leaves, self._leaves, action)
+        self._state = None
         if self._host_guards:
             prev = jax.tree.unflatten(self._state_def, before)
             found = env_.check_guards(self._env, prev, self.state)
@@ -144,3 +151,4 @@ class Door:
                 self._leaves, self._state = before, before_state
                 guard, worlds = found
                 raise guard.error(guard.message(worlds, after))
+        return packed

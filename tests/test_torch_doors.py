@@ -81,11 +81,18 @@ def test_no_copies_between_jax_and_torch(door):
     assert to_jax(action).unsafe_buffer_pointer() == action.data_ptr()  # and back
     x = jnp.arange(6.0)
     assert to_torch(x).data_ptr() == x.unsafe_buffer_pointer()
+    # after a step: views into the two buffers the compiled step packs
+    stepped, reward, terminated, truncated, extras = door.step(torch.zeros(N, 1))
+    floats, flags = door._packed
+    assert stepped["policy"].data_ptr() == floats.unsafe_buffer_pointer()
+    assert stepped["policy"].is_contiguous() and reward.is_contiguous()
+    assert terminated.data_ptr() == flags.unsafe_buffer_pointer()
+    assert extras["time_outs"] is truncated
     # a later step makes new arrays: an earlier tensor keeps its values
-    before = obs.clone()
+    before = stepped["policy"].clone()
     for t in range(5):
         door.step(torch.from_numpy(actions(t)))
-    torch.testing.assert_close(obs, before, rtol=0, atol=0)
+    torch.testing.assert_close(stepped["policy"], before, rtol=0, atol=0)
 
 
 def test_bad_actions_are_refused_and_change_nothing(door):

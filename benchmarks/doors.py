@@ -1,0 +1,155 @@
+"""Steps/s of every front door against the jitted functional step called from a Python loop.
+
+One run times every door at each batch size, in interleaved rounds (a burst of load
+elsewhere hits them alike; each keeps its best round), cartpole balance, random
+actions made on the host beforehand (each door gets them in its own type: NumPy,
+torch, JAX):
+
+* ``functional``: ``state = env.jit_step(env, state, action)``, blocked once at the
+  end of a round: the reference, and the most favourable loop (the host dispatches
+  step t + 1 while the device still computes step t);
+* ``functional, synced``: the same, waiting for each step's observation, as any loop
+  whose policy runs on the host must;
+* ``gym``: ``MjxVectorEnv.step`` (NumPy out: one transfer per step);
+* ``torch``: ``TorchVecEnv.step`` (tensors out, views of the state; no transfer);
+* ``rsl_rl``: ``RslRlVecEnv.step`` (TensorDict observations, long dones);
+* ``skrl``: skrl's own ``wrap_env(TorchVecEnv, wrapper="isaaclab")``;
+* ``brax``: ``jax.jit(BraxEnv.step)`` from a Python loop (Brax's trainers call it
+  inside their own jit, so this is its worst case).
+
+The doors that return host data (gym) wait for every step, so at batches where the
+device time dominates they lose the overlap the reference loop has; the torch doors
+hand out views and never wait.
+
+    .venv/bin/python benchmarks/doors.py [--num-envs 64 1024] [--steps 300] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+
+from mjxrunner import backend_info, tasks
+from mjxrunner import env as E
+
+TASK = tasks.get("cartpole_balance")
+
+
+def doors(n: int, steps: int) -> dict:
+    """name -> (step(t), finish()) for ``n`` worlds; every door reset and warmed up."""
+    import torch
+    from skrl.envs.wrappers.torch import wrap_env
+
+    from mjxrunner.brax import BraxEnv
+    from mjxrunner.gym import MjxVectorEnv
+    from mjxrunner.rsl_rl import RslRlVecEnv
+    from mjxrunner.torch import TorchVecEnv
+
+    rng = np.random.default_rng(0)
+    host = [rng.uniform(-1, 1, (n, 1)).astype(np.float32) for _ in range(steps)]
+    dev = [jax.device_put(a) for a in host]
+    tens = [torch.from_numpy(a) for a in host]
+    out = {}
+
+    env = E.make(TASK, n, autoreset="same_step")
+    box = {"s": E.jit_reset(env, jax.random.key(0))}
+
+    def functional(t):
+        box["s"] = E.jit_step(env, box["s"], dev[t])
+
+    def functional_synced(t):
+        box["s"] = E.jit_step(env, box["s"], dev[t])
+        box["s"].obs.block_until_ready()
+
+    finish = lambda: box["s"].obs.block_until_ready()  # noqa: E731
+    out["functional"] = (functional, finish)
+    out["functional, synced"] = (functional_synced, finish)
+
+    gym = MjxVectorEnv(TASK, n, autoreset_mode="SameStep")
+    gym.reset(seed=0)
+    out["gym"] = (lambda t: gym.step(host[t]), lambda: None)
+
+    door = TorchVecEnv(TASK, n)
+    door.reset(seed=0)
+    out["torch"] = (lambda t: door.step(tens[t]), lambda: door.state.obs.block_until_ready())
+
+    rsl = RslRlVecEnv(TASK, n)
+    rsl.get_observations()
+    out["rsl_rl"] = (lambda t: rsl.step(tens[t]), lambda: rsl.env.state.obs.block_until_ready())
+
+    skrl_door = TorchVecEnv(TASK, n)
+    skrl_env = wrap_env(skrl_door, wrapper="isaaclab", verbose=False)
+    skrl_env.reset()
+    out["skrl"] = (
+        lambda t: skrl_env.step(tens[t]),
+        lambda: skrl_door.state.obs.block_until_ready(),
+    )
+
+    brax = BraxEnv(TASK)
+    brax_step = jax.jit(brax.step)
+    keys = jax.random.key_data(jax.random.split(jax.random.key(0), n))
+    bbox = {"s": jax.jit(brax.reset)(keys)}
+
+    def brax_door(t):
+        bbox["s"] = brax_step(bbox["s"], dev[t])
+
+    out["brax"] = (brax_door, lambda: bbox["s"].obs.block_until_ready())
+
+    for step, finish in out.values():  # compile and warm up
+        for t in range(5):
+            step(t)
+        finish()
+    return out
+
+
+def time_round(step, finish, steps: int, n: int) -> float:
+    t0 = time.perf_counter()
+    for t in range(steps):
+        step(t)
+    finish()
+    return n * steps / (time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 1024])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows = []
+    for n in args.num_envs:
+        found = doors(n, args.steps)
+        best = dict.fromkeys(found, 0.0)
+        for _ in range(args.rounds):
+            for name, (step, finish) in found.items():
+                best[name] = max(best[name], time_round(step, finish, args.steps, n))
+        base = best["functional"]
+        for name, rate in best.items():
+            rows.append(
+                {
+                    "num_envs": n,
+                    "door": name,
+                    "steps_per_s": round(rate),
+                    "ms_per_step": round(n / rate * 1e3, 3),
+                    "vs_functional": round(rate / base, 2),
+                }
+            )
+    print(f"{TASK.name}, {args.steps} steps per round, best of {args.rounds} rounds")
+    print(f"{'worlds':>6s} {'door':20s} {'steps/s':>10s} {'ms/step':>8s} {'x functional':>13s}")
+    for r in rows:
+        print(
+            f"{r['num_envs']:6d} {r['door']:20s} {r['steps_per_s']:10d} "
+            f"{r['ms_per_step']:8.3f} {r['vs_functional']:13.2f}"
+        )
+    if args.json:
+        print(json.dumps({"rows": rows, "backend": backend_info("jax")}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
