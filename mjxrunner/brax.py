@@ -1,17 +1,18 @@
 """Brax's ``Env`` interface over the functional env, for ``brax.training``'s trainers.
 
 ``brax.training.agents.ppo.train`` and ``sac.train`` take :class:`BraxEnv` as they
-are, with ``wrap_env=False``: the env is already batched, autoresets and
-randomizes itself, so Brax's own wrappers (``VmapWrapper``, ``EpisodeWrapper``,
+are, with ``wrap_env_fn=mjxrunner.brax.wrap_env_fn`` (or, for PPO,
+``wrap_env=False``): the env is already batched, autoresets and randomizes
+itself, so Brax's own wrappers (``VmapWrapper``, ``EpisodeWrapper``,
 ``AutoResetWrapper``, ``DomainRandomizationVmapWrapper``) must not be stacked on
 it. How Brax's training options map onto ours:
 
 ============================  ===================================================
 Brax                          mjxrunner
 ============================  ===================================================
-``wrap_env=True`` wrappers    ``wrap_env=False``; batching, autoreset (same step,
-                              as Brax's ``AutoResetWrapper``) and truncation are
-                              the env's
+``wrap_env=True`` wrappers    ``wrap_env_fn=wrap_env_fn``; batching, autoreset (same
+                              step, as Brax's ``AutoResetWrapper``) and
+                              truncation are the env's
 ``num_envs``                  the batch of keys Brax resets with; a
                               :class:`~mjxrunner.env.Env` of that size is built
                               on first use (one per size, e.g. one for
@@ -45,6 +46,7 @@ this module puts the name back (see :func:`_restore_device_put_replicated`).
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 from typing import Any
 
@@ -115,15 +117,17 @@ class BraxEnv(_BraxEnv):
     def env_for(self, num_envs: int) -> env_.Env:
         """The :class:`~mjxrunner.env.Env` of ``num_envs`` worlds (built on first use)."""
         if num_envs not in self._envs:
-            options = dict(self._options)
-            task = options.pop("task")
-            # Brax asks inside its jit: the env's arrays must be concrete, not traced.
-            with jax.ensure_compile_time_eval():
-                env = env_.make(task, num_envs, autoreset="same_step", **options)
-                if self._randomization:
-                    env = env.with_randomization(self._randomization)
-            self._envs[num_envs] = env
+            # Brax first asks from inside its jit or pmap, whose trace state is
+            # per thread; built in a thread of its own, the env's arrays are plain
+            # device arrays, not values of that trace (a pmap's mesh would stick).
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                self._envs[num_envs] = pool.submit(self._build, num_envs).result()
         return self._envs[num_envs]
+
+    def _build(self, num_envs: int) -> env_.Env:
+        options = dict(self._options)
+        env = env_.make(options.pop("task"), num_envs, autoreset="same_step", **options)
+        return env.with_randomization(self._randomization) if self._randomization else env
 
     @property
     def observation_size(self) -> int:
@@ -163,6 +167,34 @@ class BraxEnv(_BraxEnv):
         limited = jnp.isfinite(low) & jnp.isfinite(high)
         scaled = (high + low) / 2 + action * ((high - low) / 2)  # exact for [-1, 1]
         return _to_brax(env_.step(env, s, jnp.where(limited, scaled, action)))
+
+
+def wrap_env_fn(
+    env: BraxEnv,
+    episode_length: int | None = None,
+    action_repeat: int = 1,
+    randomization_fn: Any = None,
+) -> BraxEnv:
+    """For the trainers' ``wrap_env_fn=``: keeps a :class:`BraxEnv` as it is, since it
+    batches, autoresets and randomizes itself, and refuses what it cannot honour.
+
+    ``ppo.train(..., wrap_env=False)`` works as well; ``sac.train`` in brax 0.14
+    needs this instead (with ``wrap_env=False`` it reads a key it never made).
+    """
+    del episode_length  # the task's max_episode_steps ends episodes
+    if not isinstance(env, BraxEnv):
+        raise TypeError(f"env must be a mjxrunner.brax.BraxEnv, got {type(env).__name__}")
+    if action_repeat != 1:
+        raise ValueError(
+            f"action_repeat must be 1, got {action_repeat}: set physics steps per action "
+            "with the task's substeps"
+        )
+    if randomization_fn is not None:
+        raise ValueError(
+            "randomization_fn is not applied to a BraxEnv: pass "
+            "BraxEnv(task, randomization=[mjxrunner.params.Term(...)]) instead"
+        )
+    return env
 
 
 def _to_brax(s: env_.EnvState) -> State:

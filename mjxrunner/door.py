@@ -10,8 +10,9 @@ per change and the state never: the step returns leaves, and a field is read by
 its index (:meth:`Door.get`). The pytree is rebuilt only when asked for
 (:attr:`Door.state`).
 
-The compiled functions are shared by every door of the same structure in the
-process, as :func:`mjxrunner.env.jit_step` is.
+The compiled step (:func:`mjxrunner.env.flat_step`) is shared by every door of the
+same structure and ``pack`` in the process; doors without ``pack`` (Gymnasium)
+share it with :func:`mjxrunner.env.jit_step` too.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ FIELDS = {
     "episode_length": ("runner", "episode_length"),
 }
 
-_COMPILED: dict[tuple, Callable] = {}
-
 
 def _leaf_index(treedef: Any, template: Any) -> dict[str, int]:
     """Index of each of :data:`FIELDS` among the leaves of an ``EnvState``."""
@@ -45,25 +44,6 @@ def _leaf_index(treedef: Any, template: Any) -> dict[str, int]:
         for path, _ in jax.tree_util.tree_flatten_with_path(template)[0]
     ]
     return {name: paths.index(path) for name, path in FIELDS.items()}
-
-
-def _flat_step(env_def: Any, state_def: Any, pack: Callable | None) -> Callable:
-    """``jit`` of :func:`mjxrunner.env.step` on leaves, for one structure: returns
-    ``(new leaves, pack(new state))``."""
-    key = ("step", env_def, state_def, pack)
-    if key not in _COMPILED:
-
-        def run(env_leaves, state_leaves, action):
-            env = jax.tree.unflatten(env_def, env_leaves)
-            state = jax.tree.unflatten(state_def, state_leaves)
-            new = env_.step(env, state, action)
-            leaves, new_def = jax.tree.flatten(new)
-            if new_def != state_def:  # at trace time: a step keeps the state's structure
-                raise AssertionError(f"the step changed the state's structure: {new_def}")
-            return leaves, None if pack is None else pack(new)
-
-        _COMPILED[key] = jax.jit(run)
-    return _COMPILED[key]
 
 
 class Door:
@@ -139,7 +119,7 @@ class Door:
         """
         if self._leaves is None:
             raise RuntimeError("call reset() before step()")
-        step = _flat_step(self._env_def, self._state_def, self._pack)
+        step = env_.flat_step(self._env_def, self._state_def, self._pack)
         before, before_state = self._leaves, self._state
         self._leaves, packed = step(self._env_leaves, self._leaves, action)
         self._state = None

@@ -922,9 +922,39 @@ def load(path: str | os.PathLike, **kwargs: Any) -> tuple[Env, EnvState]:
     return checkpoint.load_env(path, **kwargs)
 
 
-# Compiled once per process and shared (the gym adapter uses them): the env is an
-# argument and its autoreset mode an array, so every env of the same task and size,
-# in any mode, runs one executable per function.
+_FLAT: dict[tuple, Any] = {}
+
+
+def flat_step(env_def: Any, state_def: Any, pack: Any = None) -> Any:
+    """``jit`` of :func:`step` on flat leaves, one per structure and process:
+    ``(env leaves, state leaves, action) -> (new state leaves, pack(new state))``.
+
+    :func:`jit_step` and the stateful doors (:mod:`mjxrunner.door`) call it, so they
+    share one executable; a door keeps its leaves and never flattens."""
+    key = (env_def, state_def, pack)
+    if key not in _FLAT:
+
+        def step_leaves(env_leaves, state_leaves, action):
+            new = step(env_def.unflatten(env_leaves), state_def.unflatten(state_leaves), action)
+            leaves, new_def = jax.tree.flatten(new)
+            if new_def != state_def:  # at trace time: a step keeps the state's structure
+                raise AssertionError(f"the step changed the state's structure: {new_def}")
+            return leaves, None if pack is None else pack(new)
+
+        _FLAT[key] = jax.jit(step_leaves)
+    return _FLAT[key]
+
+
+def jit_step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
+    """:func:`step`, compiled; the executable is shared with every door."""
+    env_leaves, env_def = jax.tree.flatten(env)
+    state_leaves, state_def = jax.tree.flatten(state)
+    leaves, _ = flat_step(env_def, state_def)(env_leaves, state_leaves, action)
+    return state_def.unflatten(leaves)
+
+
+# Compiled once per process and shared (the doors use them): the env is an argument
+# and its autoreset mode an array, so every env of the same task and size, in any
+# mode, runs one executable per function.
 jit_reset = jax.jit(reset)
-jit_step = jax.jit(step)
 jit_reset_worlds = jax.jit(reset_worlds)

@@ -148,6 +148,17 @@ def test_no_compiles_after_warm_up(door):
     assert compiles.count == 0
 
 
+def test_doors_and_the_functional_step_share_one_executable():
+    from mjxrunner.gym import MjxVectorEnv
+
+    gym = MjxVectorEnv(TASK, N, autoreset_mode="SameStep")
+    gym.reset(seed=0)
+    gym.step(np.zeros((N, 1), np.float32))  # compiles the step of this structure
+    with CompileCounter() as compiles:
+        E.jit_step(gym.env, gym.state, np.zeros((N, 1), np.float32))
+    assert compiles.count == 0
+
+
 def test_rsl_rl_vec_env_interface(reference):
     vec = RslRlVecEnv(TASK, N, seed=3)
     assert isinstance(vec, VecEnv)

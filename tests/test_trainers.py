@@ -18,15 +18,19 @@ import conftest
 import pytest
 
 TRAINERS = ("rsl_rl", "skrl", "brax")
+# Brax's SAC only has to accept the env and run (4096 steps teach it nothing yet).
+ALL = (*TRAINERS, "sac")
 
 
 def register(trainer: str) -> None:
-    @conftest.background(f"trainer {trainer}", needed_by=f"test_trainer_learns[{trainer}]")
+    needed_by = "test_brax_sac" if trainer == "sac" else f"test_trainer_learns[{trainer}]"
+
+    @conftest.background(f"trainer {trainer}", needed_by=needed_by)
     def launch(out):
         return [conftest.start("trainers_script.py", trainer, str(out), out=out)]
 
 
-for _trainer in TRAINERS:
+for _trainer in ALL:
     register(_trainer)
 
 
@@ -38,3 +42,10 @@ def test_trainer_learns(trainer):
     print(result)
     assert 20 < result["random"] < 120  # the baseline is what it was measured to be
     assert result["trained"] >= 2.5 * result["random"], result
+
+
+def test_brax_sac_accepts_the_env_and_runs():
+    [(returncode, log)], out = conftest.finished("trainer sac")
+    assert returncode == 0, log[-4000:]
+    result = json.loads((out / "result.json").read_text())
+    assert 0 < result["trained"] <= 200  # a policy ran whole episodes of the env

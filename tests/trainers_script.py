@@ -1,7 +1,7 @@
 """Trains cartpole balance with a real third-party trainer through our adapter, in a
 process of its own (test_trainers.py starts one per trainer as a background job).
 
-Usage: ``python trainers_script.py {rsl_rl,skrl,brax} OUT_DIR``. Writes
+Usage: ``python trainers_script.py {rsl_rl,skrl,brax,sac} OUT_DIR``. Writes
 ``OUT_DIR/result.json``: the mean return of a uniformly random policy and of the
 trained policy (deterministic), each over the episodes that end within one time
 limit of 64 worlds, measured through the same adapter, plus the training time.
@@ -167,13 +167,13 @@ def skrl() -> tuple[float, float]:
 def brax() -> tuple[float, float]:
     from brax.training.agents.ppo import train as ppo
 
-    from mjxrunner.brax import BraxEnv
+    from mjxrunner.brax import BraxEnv, wrap_env_fn
 
     env = BraxEnv(TASK)
     start = time.perf_counter()
     make_policy, params, _ = ppo.train(
         environment=env,
-        wrap_env=False,
+        wrap_env_fn=wrap_env_fn,
         num_timesteps=100_000,
         episode_length=TASK.max_episode_steps,
         action_repeat=1,
@@ -199,10 +199,38 @@ def brax() -> tuple[float, float]:
     return mean_return(env.env_for(NUM_ENVS), act, key=2), seconds
 
 
+def sac() -> tuple[float, float]:
+    """Brax's SAC accepts the env and runs (briefly: it is not asked to learn here)."""
+    from brax.training.agents.sac import train as sac_train
+
+    from mjxrunner.brax import BraxEnv, wrap_env_fn
+
+    env = BraxEnv(TASK)
+    start = time.perf_counter()
+    make_policy, params, metrics = sac_train.train(
+        environment=env,
+        wrap_env_fn=wrap_env_fn,
+        num_timesteps=4096,
+        episode_length=TASK.max_episode_steps,
+        num_envs=32,
+        num_eval_envs=NUM_ENVS,
+        num_evals=2,
+        batch_size=64,
+        min_replay_size=256,
+        max_replay_size=8192,
+        seed=SEED,
+    )
+    seconds = time.perf_counter() - start
+    assert np.isfinite(metrics["eval/episode_reward"]), metrics
+    policy = jax.jit(make_policy(params, deterministic=True))
+    key = jax.random.key(0)
+    return mean_return(env.env_for(NUM_ENVS), lambda obs: policy(obs, key)[0], key=2), seconds
+
+
 if __name__ == "__main__":
     trainer, out = sys.argv[1], Path(sys.argv[2]).resolve()
     os.chdir(out)  # whatever a trainer writes (logs, checkpoints) lands in the job's folder
-    trained, seconds = {"rsl_rl": rsl_rl, "skrl": skrl, "brax": brax}[trainer]()
+    trained, seconds = {"rsl_rl": rsl_rl, "skrl": skrl, "brax": brax, "sac": sac}[trainer]()
     baseline = random_return(E.make(TASK, NUM_ENVS))
     result = {"trainer": trainer, "random": baseline, "trained": trained, "seconds": seconds}
     (out / "result.json").write_text(json.dumps(result))
