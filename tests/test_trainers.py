@@ -18,7 +18,7 @@ import conftest
 import pytest
 
 TRAINERS = ("rsl_rl", "skrl", "brax")
-# Brax's SAC only has to accept the env and run (4096 steps teach it nothing yet).
+# Brax's SAC only has to accept the env and run (2048 steps teach it nothing yet).
 ALL = (*TRAINERS, "sac")
 
 
@@ -48,4 +48,5 @@ def test_brax_sac_accepts_the_env_and_runs():
     [(returncode, log)], out = conftest.finished("trainer sac")
     assert returncode == 0, log[-4000:]
     result = json.loads((out / "result.json").read_text())
-    assert 0 < result["trained"] <= 200  # a policy ran whole episodes of the env
+    # Brax's evaluator ran the policy for whole episodes of the env
+    assert 0 < result["trained"] <= 200, result
