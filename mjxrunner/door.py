@@ -37,7 +37,7 @@ FIELDS = {
 }
 
 
-def _leaf_index(treedef: Any, template: Any) -> dict[str, int]:
+def _leaf_index(template: Any) -> dict[str, int]:
     """Index of each of :data:`FIELDS` among the leaves of an ``EnvState``."""
     paths = [
         tuple(getattr(k, "name", getattr(k, "key", None)) for k in path)
@@ -99,7 +99,7 @@ class Door:
             raise TypeError(f"state must be a mjxrunner.env.EnvState, got {type(state).__name__}")
         leaves, state_def = jax.tree.flatten(state)
         if self._state_def is None or state_def != self._state_def:
-            self._index = _leaf_index(state_def, state)
+            self._index = _leaf_index(state)
             self._state_def = state_def
         self._leaves, self._state = leaves, state
 
