@@ -64,7 +64,7 @@ def init(
 
 def init_keys(key: jax.Array, num_envs: int) -> jax.Array:
     """``(num_envs, 2)`` uint32: world ``i``'s stream starts at ``split(key, num_envs)[i]``."""
-    return _raw_keys(jax.random.split(key, num_envs))
+    return raw_keys(jax.random.split(key, num_envs))
 
 
 def split_streams(rng: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -74,7 +74,7 @@ def split_streams(rng: jax.Array) -> tuple[jax.Array, jax.Array]:
     return keys[:, 0], keys[:, 1]
 
 
-def _raw_keys(keys: jax.Array) -> jax.Array:
+def raw_keys(keys: jax.Array) -> jax.Array:
     """Raw ``uint32`` key data, whichever kind of key ``split`` returned."""
     if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
         return jax.random.key_data(keys)

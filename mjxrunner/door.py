@@ -124,7 +124,9 @@ class Door:
         self._leaves, packed = step(self._env_leaves, self._leaves, action)
         self._state = None
         if self._host_guards:
-            prev = jax.tree.unflatten(self._state_def, before)
+            prev = before_state
+            if prev is None:  # not rebuilt since the last step
+                prev = jax.tree.unflatten(self._state_def, before)
             found = env_.check_guards(self._env, prev, self.state)
             if found is not None:
                 after = self.state.runner

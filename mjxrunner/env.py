@@ -655,8 +655,7 @@ def reset_from_keys(
     """:func:`reset` with each world's PRNG stream given: world ``i``'s stream begins
     at ``keys[i]``, ``(num_envs, 2)`` raw ``uint32`` keys or ``(num_envs,)`` typed
     keys (e.g. a trainer's own per-world keys)."""
-    if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
-        keys = jax.random.key_data(keys)
+    keys = core.raw_keys(keys)
     if keys.shape != (env.num_envs, 2) or keys.dtype != jnp.uint32:
         raise ValueError(
             f"keys must be ({env.num_envs}, 2) uint32 raw keys or ({env.num_envs},) typed "
