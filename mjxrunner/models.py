@@ -31,6 +31,10 @@ class ModelInfo:
         ``njmax``).
       keyframe: the keyframe tasks and demos start from.
       camera: the named camera that frames the scene; renders use it by default.
+      variant_of: None, or the scene this one is a structural variant of: the same
+        joints, actuators, sensors and keyframes with other geoms, so that scene's
+        tasks run on it (``mjxrunner.env.make(task, n, model=name)``) and the two
+        can be groups of one heterogeneous runner or env.
 
     The two capacities are the sizes MJX's jax impl preallocates for the scene, which
     are upper bounds (every candidate geom pair at its most contacts, every limit
@@ -45,6 +49,7 @@ class ModelInfo:
     njmax: int
     keyframe: str
     camera: str
+    variant_of: str | None = None
 
 
 _INFO = {
@@ -103,6 +108,35 @@ _INFO = {
             njmax=1,
             keyframe="down",
             camera="front",
+        ),
+        ModelInfo(
+            "puck",
+            "a sphere pushed over a flat floor by two motors onto a mocap target",
+            contacts=True,
+            naconmax_per_world=1,
+            njmax=3,
+            keyframe="home",
+            camera="top",
+        ),
+        ModelInfo(
+            "puck_blocks",
+            "the puck among four fixed blocks: a structural variant of puck",
+            contacts=True,
+            naconmax_per_world=5,
+            njmax=15,
+            keyframe="home",
+            camera="top",
+            variant_of="puck",
+        ),
+        ModelInfo(
+            "puck_steps",
+            "the puck ringed by four low steps: a structural variant of puck",
+            contacts=True,
+            naconmax_per_world=5,
+            njmax=15,
+            keyframe="home",
+            camera="top",
+            variant_of="puck",
         ),
         ModelInfo(
             "reacher",

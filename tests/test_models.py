@@ -15,8 +15,19 @@ from mujoco import mjx
 
 from mjxrunner import models, tasks
 
-SCENES = ["acrobot", "ant", "cartpole", "hopper", "humanoid", "pendulum", "reacher"]
-CONTACT_SCENES = ["ant", "hopper", "humanoid"]
+SCENES = [
+    "acrobot",
+    "ant",
+    "cartpole",
+    "hopper",
+    "humanoid",
+    "pendulum",
+    "puck",
+    "puck_blocks",
+    "puck_steps",
+    "reacher",
+]
+CONTACT_SCENES = ["ant", "hopper", "humanoid", "puck", "puck_blocks", "puck_steps"]
 
 
 # --- registry -------------------------------------------------------------------------
@@ -137,8 +148,16 @@ def _world(name, keyframe, qpos=None, qvel=None):
     return m, d, mjx.put_model(m, impl="jax"), mjx.put_data(m, d, impl="jax")
 
 
-NEW_TASKS = ["acrobot_swingup", "reacher_reach", "hopper_hop", "ant_walk", "humanoid_walk"]
+NEW_TASKS = [
+    "acrobot_swingup",
+    "reacher_reach",
+    "hopper_hop",
+    "ant_walk",
+    "humanoid_walk",
+    "puck_reach",
+]
 OBS_SIZE = {
+    "puck_reach": 8,
     "acrobot_swingup": 6,
     "reacher_reach": 10,
     "hopper_hop": 11,
@@ -237,6 +256,47 @@ def test_reacher_fingertip_matches_the_scene_and_targets_vary():
     action = jnp.zeros((2,), jnp.float32)
     assert task.reward(mx, dx, action, on_target) > task.reward(mx, dx, action, dx)
     assert float(task.reward(mx, dx, action, on_target)) == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", ["puck_blocks", "puck_steps"])
+def test_puck_variants_share_everything_but_their_geoms(name):
+    base, variant = models.load("puck"), models.load(name)
+    assert models.info(name).variant_of == "puck" and models.info("puck").variant_of is None
+    for size in ("nq", "nv", "nu", "nsensor", "nkey", "nmocap", "nbody"):
+        assert getattr(variant, size) == getattr(base, size), size
+    assert variant.ngeom > base.ngeom  # the structural difference
+    assert tasks.for_model(name) == tasks.for_model("puck") == (tasks.get("puck_reach"),)
+    # pushed along +x, the puck meets what the variant put in its way
+    reached = []
+    for m in (base, variant):
+        d = mujoco.MjData(m)
+        mujoco.mj_resetDataKeyframe(m, d, 0)
+        d.ctrl[:] = (1.0, 0.0)
+        highest = 0.0
+        for _ in range(150):
+            mujoco.mj_step(m, d)
+            highest = max(highest, d.qpos[2])
+        reached.append((d.qpos[0], highest))
+    if name == "puck_blocks":
+        assert reached[1][0] < 0.4 < reached[0][0]  # stopped by the block at x = 0.45
+    else:
+        assert reached[1][1] > 0.015 > reached[0][1]  # climbed the 2 cm step
+
+
+def test_puck_targets_lie_in_their_ring_and_reaching_is_best():
+    from mjxrunner.tasks import puck
+
+    task = tasks.get("puck_reach")
+    _, _, mx, dx = _world("puck", "home")
+    starts = [task.initial_state(mx, dx, jax.random.key(k)) for k in range(20)]
+    radii = np.array([np.linalg.norm(s.mocap_pos[0, :2]) for s in starts])
+    low, high = puck.TARGET_RADII
+    assert (radii >= low - 1e-6).all() and (radii <= high + 1e-6).all()
+    assert max(float(np.linalg.norm(s.qpos[:2])) for s in starts) <= puck.START_RADIUS + 1e-6
+    on_target = dx.replace(qpos=dx.qpos.at[:2].set(dx.mocap_pos[0, :2]))
+    action = jnp.zeros((2,), jnp.float32)
+    assert float(task.reward(mx, dx, action, on_target)) == pytest.approx(0.0, abs=1e-6)
+    assert task.reward(mx, dx, action, on_target) > task.reward(mx, dx, action, dx)
 
 
 # --- documentation ------------------------------------------------------------------------

@@ -86,13 +86,21 @@ def get(name: str) -> Task:
 def for_model(model_name: str) -> tuple[Task, ...]:
     """The tasks defined on scene ``model_name``, sorted by name (may be empty).
 
+    A structural variant of a scene (``ModelInfo.variant_of``) has its tasks.
+
     Raises:
       TypeError: ``model_name`` is not a str.
     """
     if not isinstance(model_name, str):
         raise TypeError(f"model name must be a str, got {type(model_name).__name__}")
     _discover()
-    return tuple(_REGISTRY[n] for n in sorted(_REGISTRY) if _REGISTRY[n].model == model_name)
+    from mjxrunner import models
+
+    try:
+        base = models.info(model_name).variant_of or model_name
+    except ValueError:  # not a scene of ours: only tasks named for it
+        base = model_name
+    return tuple(_REGISTRY[n] for n in sorted(_REGISTRY) if _REGISTRY[n].model == base)
 
 
 __all__ = [
