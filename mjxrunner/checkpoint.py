@@ -57,7 +57,7 @@ from mjxrunner.worlds import FlatModel
 
 FORMAT = "mjxrunner-checkpoint"
 VERSION = 2
-KINDS = ("runner", "env")
+KINDS = ("runner", "env", "groups")
 RUNNER_PARTS = ("state", "default", "model", "default_model")
 
 
@@ -184,6 +184,7 @@ _COMMON = frozenset(
 _REQUIRED = {
     "runner": _COMMON | {"layout"},
     "env": _COMMON | {"task", "autoreset", "pool_size"},
+    "groups": frozenset({"kind", "num_envs", "world_start", "layout", "parts", "arrays", "sha256"}),
 }
 
 
@@ -241,10 +242,14 @@ def read(
             f"{where} is incomplete or altered: missing {missing[:5]}, extra {extra[:5]}"
         )
     if kind is not None and saved_kind != kind:
-        how = "MultiEnvRunner.load" if saved_kind == "runner" else "mjxrunner.env.load"
+        what = {"runner": "a runner", "env": "an env", "groups": "a group runner"}
+        how = {
+            "runner": "MultiEnvRunner.load",
+            "env": "mjxrunner.env.load",
+            "groups": "GroupRunner.load",
+        }[saved_kind]
         raise CheckpointError(
-            f"{where} holds {'a runner' if saved_kind == 'runner' else 'an env'}, not "
-            f"{'a runner' if kind == 'runner' else 'an env'}: load it with {how}"
+            f"{where} holds {what[saved_kind]}, not {what[kind]}: load it with {how}"
         )
     return header, arrays
 
@@ -642,6 +647,61 @@ def load(path: str | os.PathLike, **kwargs: Any) -> Any:
     from mjxrunner import MultiEnvRunner  # the one lazy import of the runner
 
     return MultiEnvRunner.load(path, **kwargs)
+
+
+# --- group runners ----------------------------------------------------------------------
+
+
+def save_groups(runner: Any, path: str | os.PathLike) -> Path:
+    """Writes a :class:`~mjxrunner.group_runner.GroupRunner` to one file atomically:
+    each group's runner checkpoint (as :func:`save` writes it) stored as bytes
+    ``"group/<g>"``, with the world index and the layout."""
+    import tempfile
+
+    arrays: dict[str, np.ndarray] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for g, member in enumerate(runner.groups):
+            file = save(member, Path(tmp) / f"group{g}.npz")
+            if jax.process_index() == 0:  # the process that wrote it
+                arrays[f"group/{g}"] = np.frombuffer(file.read_bytes(), np.uint8)
+    arrays["origins"] = np.asarray(runner.env_origins, np.float64)
+    fields = {
+        "num_envs": runner.num_envs,
+        "world_start": [int(x) for x in runner.world_start],
+        "layout": runner.layout,
+    }
+    return write(path, "groups", {}, runner.groups[0].mj_model, fields, arrays=arrays)
+
+
+def load_groups(
+    path: str | os.PathLike, *, runner_cls: type, devices: Any = None, device: Any = None
+) -> Any:
+    """Builds a group runner of ``runner_cls`` from :func:`save_groups`'s file; every
+    group is checked as :func:`load_runner` checks a runner, before any is built."""
+    import tempfile
+
+    from mjxrunner.runner import MultiEnvRunner
+
+    header, arrays = read(path, kind="groups")
+    where = repr(str(path))
+    starts = header["world_start"]
+    sizes = [int(n) for n in np.diff(starts)]
+    if any(f"group/{g}" not in arrays for g in range(len(sizes))):
+        raise CheckpointError(f"{where} lacks a group's checkpoint")
+    members = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for g, n in enumerate(sizes):
+            file = Path(tmp) / f"group{g}.npz"
+            file.write_bytes(arrays[f"group/{g}"].tobytes())
+            try:
+                members.append(
+                    load_runner(
+                        file, runner_cls=MultiEnvRunner, num_envs=n, devices=devices, device=device
+                    )
+                )
+            except CheckpointError as e:
+                raise CheckpointError(f"{where}, group {g}: {e}") from None
+    return runner_cls._of(members, np.array(arrays["origins"], np.float64), header["layout"])
 
 
 # --- envs --------------------------------------------------------------------------------

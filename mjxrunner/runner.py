@@ -280,21 +280,35 @@ class MultiEnvRunner:
     def _swap(self, new: engine.Engine) -> None:
         """Makes ``new`` current, the old state the scratch buffer, then applies the
         host policies (which may roll back to the old state and raise)."""
+        before = self._install(new)
+        found = self._found(before)
+        if found is not None:
+            guard, worlds = found
+            raise guard.error(guard.message(worlds, self._roll_back(before)))
+
+    def _install(self, new: engine.Engine) -> engine.Engine:
+        """Makes ``new`` current and the old state the scratch buffer; returns the
+        engine of before."""
         before = self._eng
         self._scratch, self._eng = before.state, new
+        return before
+
+    def _found(self, before: engine.Engine) -> tuple | None:
+        """The first ``"warn"``/``"raise"`` guard the last step tripped, with its
+        worlds (``"warn"`` has warned already), or None."""
         if not self._host_guards:
-            return
-        found = engine.check_guards(new.config, before.state, new.state)
-        if found is None:
-            return
-        guard, worlds = found
-        failed = new.state
-        # Roll back: the scratch buffer still holds the state before the step. The
-        # failed step's flags and counts stay readable (copied: the buffer is reused).
+            return None
+        return engine.check_guards(self._eng.config, before.state, self._eng.state)
+
+    def _roll_back(self, before: engine.Engine) -> Any:
+        """Back to the state before the step (the scratch buffer still holds it);
+        returns the failed state. Its flags and counts stay readable (copied: the
+        buffer is reused)."""
+        failed = self._eng.state
         kept = _copy((failed.overflow, failed.tripped, failed.health))
         rolled = before.state.replace(overflow=kept[0], tripped=kept[1], health=kept[2])
         self._scratch, self._eng = failed, before.replace(state=rolled)
-        raise guard.error(guard.message(worlds, failed))
+        return failed
 
     def rollout(
         self, actions_or_policy: Any, n_steps: int, dt: float | None = None, substeps: int = 1
@@ -586,6 +600,21 @@ class MultiEnvRunner:
         from mjxrunner import render
 
         return render.render(self, world, camera, width, height)
+
+    @classmethod
+    def from_groups(cls, groups: Any, **kwargs: Any) -> Any:
+        """A :class:`~mjxrunner.group_runner.GroupRunner`: worlds of several scenes
+        (groups of one structure each) stepped together behind one world index.
+
+        ``groups`` is a sequence of ``(model, num_envs)`` or ``(model, num_envs,
+        options)``; keyword arguments (``impl``, ``seed``, ``devices``, ...) apply to
+        every group. Example::
+
+            runner = MultiEnvRunner.from_groups([("puck", 512), ("puck_blocks", 512)])
+        """
+        from mjxrunner.group_runner import GroupRunner
+
+        return GroupRunner(groups, **kwargs)
 
     def render_video(self, worlds: Any = (0,), n_steps: int = 100, **kwargs: Any) -> np.ndarray:
         """Steps and films worlds side by side; see :func:`render.render_video`."""
