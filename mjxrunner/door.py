@@ -38,12 +38,21 @@ FIELDS = {
 
 
 def _leaf_index(template: Any) -> dict[str, int]:
-    """Index of each of :data:`FIELDS` among the leaves of an ``EnvState``."""
+    """Index of each of :data:`FIELDS` among the leaves of a state (an ``EnvState``,
+    or a state that says where they are in ``DOOR_FIELDS``, e.g. a ``GroupState``)."""
     paths = [
         tuple(getattr(k, "name", getattr(k, "key", None)) for k in path)
         for path, _ in jax.tree_util.tree_flatten_with_path(template)[0]
     ]
-    return {name: paths.index(path) for name, path in FIELDS.items()}
+    fields = getattr(type(template), "DOOR_FIELDS", FIELDS)
+    return {name: paths.index(path) for name, path in fields.items()}
+
+
+def _kinds() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """The envs and states a door takes: homogeneous and over groups."""
+    from mjxrunner import group_env
+
+    return (env_.Env, group_env.GroupEnv), (env_.EnvState, group_env.GroupState)
 
 
 class Door:
@@ -73,8 +82,10 @@ class Door:
 
     @env.setter
     def env(self, env: env_.Env) -> None:
-        if not isinstance(env, env_.Env):
-            raise TypeError(f"env must be a mjxrunner.env.Env, got {type(env).__name__}")
+        if not isinstance(env, _kinds()[0]):
+            raise TypeError(
+                f"env must be a mjxrunner.env.Env or GroupEnv, got {type(env).__name__}"
+            )
         self._env = env
         self._env_leaves, self._env_def = jax.tree.flatten(env)
         self._host_guards = bool(guards.host_policies(env.config.guards))
@@ -95,8 +106,10 @@ class Door:
 
     @state.setter
     def state(self, state: env_.EnvState) -> None:
-        if not isinstance(state, env_.EnvState):
-            raise TypeError(f"state must be a mjxrunner.env.EnvState, got {type(state).__name__}")
+        if not isinstance(state, _kinds()[1]):
+            raise TypeError(
+                f"state must be a mjxrunner.env.EnvState or GroupState, got {type(state).__name__}"
+            )
         leaves, state_def = jax.tree.flatten(state)
         if self._state_def is None or state_def != self._state_def:
             self._index = _leaf_index(state)
@@ -127,10 +140,8 @@ class Door:
             prev = before_state
             if prev is None:  # not rebuilt since the last step
                 prev = jax.tree.unflatten(self._state_def, before)
-            found = env_.check_guards(self._env, prev, self.state)
-            if found is not None:
-                after = self.state.runner
+            error = env_.guard_error(self._env, prev, self.state)
+            if error is not None:
                 self._leaves, self._state = before, before_state
-                guard, worlds = found
-                raise guard.error(guard.message(worlds, after))
+                raise error
         return packed

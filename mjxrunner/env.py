@@ -298,8 +298,12 @@ class Env:
         recompiles; promoting or demoting a field compiles once.
         """
         new = params.new_values(self.model.tree, path, values, env_ids, self.num_envs)
+        return self.with_values({path: new})
+
+    def with_values(self, updates: dict[str, np.ndarray]) -> Env:
+        """A copy with validated values written (``params.new_values`` output)."""
         model, ref = engine.write_params(
-            self.config, self.model, self.ref, self.host.mj_model, {path: new}
+            self.config, self.model, self.ref, self.host.mj_model, updates
         )
         return self.replace(model=model, ref=ref)
 
@@ -382,6 +386,7 @@ def make(
     max_qvel: float = health.MAX_QVEL,
     guards: Any = (),
     devices: Any = None,
+    groups: Any = None,
 ) -> Env:
     """Builds an :class:`Env`: loads the scene, puts it on device, forwards the start.
 
@@ -409,10 +414,24 @@ def make(
       overflow_policy, instability_policy, max_qvel, guards: the guards, as for the
         runner; the env's policies default to ``"truncate"`` (autoreset restarts).
       devices: None, or devices to split the worlds over (see :meth:`Env.shard`).
+      groups: None, or worlds of several scenes: a sequence of ``(model, n)`` or
+        ``(model, n, options)`` whose sizes sum to ``num_envs``; returns a
+        :class:`~mjxrunner.group_env.GroupEnv`, which every function here takes
+        (see :mod:`mjxrunner.group_env`). The other arguments apply to every group.
 
     Raises:
       TypeError, ValueError: an argument of the wrong kind or out of range.
     """
+    if groups is not None:
+        options = {k: v for k, v in locals().items() if k not in ("task", "num_envs", "groups")}
+        from mjxrunner import group_env
+
+        if options.pop("model") is not None:
+            raise ValueError("with groups=, give each group its model: [(model, n), ...]")
+        genv = group_env.make_groups(task, groups, **options)
+        if genv.num_envs != checks.count(num_envs, "num_envs"):
+            raise ValueError(f"the groups hold {genv.num_envs} worlds, but num_envs is {num_envs}")
+        return genv
     if isinstance(task, str):
         task = tasks_.get(task)
     if not isinstance(task, Task):
@@ -649,12 +668,23 @@ def reset(env: Env, key: jax.Array, obs_norm: normalize.ObsNorm | None = None) -
     return reset_from_keys(env, keys, obs_norm)
 
 
+def _groups(env: Any) -> Any:
+    """:mod:`mjxrunner.group_env` if ``env`` is a ``GroupEnv`` (or its state), else
+    None: every function here takes one as it takes an ``Env``."""
+    from mjxrunner import group_env
+
+    kinds = (group_env.GroupEnv, group_env.GroupState)
+    return group_env if isinstance(env, kinds) else None
+
+
 def reset_from_keys(
     env: Env, keys: jax.Array, obs_norm: normalize.ObsNorm | None = None
 ) -> EnvState:
     """:func:`reset` with each world's PRNG stream given: world ``i``'s stream begins
     at ``keys[i]``, ``(num_envs, 2)`` raw ``uint32`` keys or ``(num_envs,)`` typed
     keys (e.g. a trainer's own per-world keys)."""
+    if _groups(env):
+        return _groups(env).reset_from_keys(env, keys, obs_norm)
     keys = core.raw_keys(keys)
     if keys.shape != (env.num_envs, 2) or keys.dtype != jnp.uint32:
         raise ValueError(
@@ -735,6 +765,8 @@ def step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
       The next state. ``reward``, ``terminated`` and ``truncated`` describe this
       step; statistics count each episode once, when it ends.
     """
+    if _groups(env):
+        return _groups(env).step(env, state, action)
     action = _check_action(env, action)
     return _sharded(_step_local, env, state, action, per_world=(1,))
 
@@ -832,6 +864,8 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
       Observation statistics scale the new observations but do not move (each
       step counts every world once).
     """
+    if _groups(env):
+        return _groups(env).reset_worlds(env, state, mask)
     mask = jnp.asarray(mask)
     if mask.dtype != bool or mask.shape != (env.num_envs,):
         raise ValueError(
@@ -863,13 +897,56 @@ def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -
 
 def health_report(state: EnvState) -> health.Report:
     """NumPy snapshot of every guard's flags and counts and the restart counts."""
+    if _groups(state):
+        return _groups(state).health_report(state)
     return health.Report.from_state(state.runner)
 
 
 def check_guards(env: Env, before: EnvState, after: EnvState) -> tuple | None:
     """The ``"warn"``/``"raise"`` guard policies of one step, on the host (see
-    :func:`mjxrunner.guards.check_on_host`); for stateful front doors."""
+    :func:`mjxrunner.guards.check_on_host`): ``(guard, worlds)`` or None."""
     return guards_.check_on_host(env.config.guards, before.runner, after.runner)
+
+
+def guard_error(env: Env, before: EnvState, after: EnvState) -> Exception | None:
+    """The error of the first ``"warn"``/``"raise"`` guard one step tripped (already
+    warned for ``"warn"``), or None; for stateful front doors."""
+    if _groups(env):
+        return _groups(env).guard_error(env, before, after)
+    found = check_guards(env, before, after)
+    if found is None:
+        return None
+    guard, worlds = found
+    return guard.error(guard.message(worlds, after.runner))
+
+
+def reseed(state: EnvState, mask: np.ndarray, key: jax.Array) -> EnvState:
+    """The worlds in ``mask`` given the PRNG streams ``reset(key)`` would give them
+    (host side: for doors that reseed chosen worlds)."""
+    if _groups(state):
+        return _groups(state).reseed(state, mask, key)
+    fresh = core.init_keys(key, mask.shape[0])
+    rng = np.where(mask[:, None], np.asarray(fresh), np.asarray(state.runner.rng))
+    rng = jax.device_put(rng, state.runner.rng.sharding)  # placed as before: no recompile
+    return state.replace(runner=state.runner.replace(rng=rng))
+
+
+def with_episode_length(state: EnvState, lengths: np.ndarray) -> EnvState:
+    """``state`` with each world's running episode length set (host side)."""
+    if _groups(state):
+        return _groups(state).with_episode_length(state, lengths)
+    current = state.runner.episode_length
+    new = jax.device_put(np.asarray(lengths, np.int32), current.sharding)
+    return state.replace(runner=state.runner.replace(episode_length=new))
+
+
+def world_scene(env: Env, state: EnvState, world: int) -> tuple[Any, Any, Any, int]:
+    """``(host MjModel, device mjx.Model, batched data, index in that data)`` of
+    ``world``: what drawing it needs."""
+    if _groups(env):
+        return _groups(env).world_scene(env, state, world)
+    model = (env.model if state.model is None else state.model).tree
+    return env.host.mj_model, model, state.runner.data, world
 
 
 def episode_statistics(state: EnvState) -> dict[str, Any]:
@@ -881,7 +958,7 @@ def episode_statistics(state: EnvState) -> dict[str, Any]:
       ``return_sum``, ``length_sum``; and scalars ``episodes`` (completed in all
       worlds), ``mean_return`` and ``mean_length`` over them (NaN before the first).
     """
-    stats, length = jax.device_get((state.stats, state.runner.episode_length))
+    stats, length = jax.device_get((state.stats, state.episode_length))
     out: dict[str, Any] = {
         "episode_return": np.asarray(stats.episode_return),
         "episode_length": np.asarray(length),

@@ -31,7 +31,7 @@ import numpy as np
 
 from mjxrunner import backend, checks, engine, health, layout, params
 from mjxrunner import runner as runner_
-from mjxrunner.groups import WorldIndex, padded
+from mjxrunner.groups import WorldIndex, join_reports, padded, route_values
 from mjxrunner.sharding import host_copy
 
 
@@ -66,18 +66,19 @@ _redraw = jax.jit(_redraw_all, static_argnums=(0,))
 _set_ctrl = jax.jit(_set_ctrl_all, donate_argnums=(0,))
 
 
-def _group_spec(spec: Any, g: int) -> tuple[Any, int, dict[str, Any]]:
-    """``(model, num_envs, options)`` of one entry of ``from_groups``."""
+def group_spec(
+    spec: Any, g: int, shared: tuple[str, ...] = ("impl", "devices", "device")
+) -> tuple[Any, int, dict[str, Any]]:
+    """``(model, num_envs, options)`` of one group's entry; the ``shared`` options
+    belong to every group and are refused per group."""
     if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
         raise TypeError(
             f"group {g} must be (model, num_envs) or (model, num_envs, options), got {spec!r}"
         )
     options = dict(spec[2]) if len(spec) == 3 else {}
-    for name in ("impl", "devices", "device"):
+    for name in shared:
         if name in options:
-            raise ValueError(
-                f"group {g}: {name!r} is shared by every group; pass it to from_groups"
-            )
+            raise ValueError(f"group {g}: {name!r} is shared by every group; pass it once for all")
     return spec[0], checks.count(spec[1], f"num_envs of group {g}"), options
 
 
@@ -108,7 +109,7 @@ class GroupRunner:
         if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
             raise TypeError("groups must be a sequence of (model, num_envs[, options])")
         seed = checks.count(seed, "seed", minimum=0)
-        specs = [_group_spec(spec, g) for g, spec in enumerate(groups)]
+        specs = [group_spec(spec, g) for g, spec in enumerate(groups)]
         self._index = WorldIndex.of([n for _, n, _ in specs])
         self._members = tuple(
             runner_.MultiEnvRunner(
@@ -179,23 +180,7 @@ class GroupRunner:
     @property
     def health(self) -> health.Report:
         """Every group's :class:`~mjxrunner.health.Report`, joined over global ids."""
-        reports = [m.health for m in self._members]
-
-        def joined(field: str) -> dict[str, np.ndarray]:
-            names = sorted({k for r in reports for k in getattr(r, field)})
-            return {
-                k: self._index.join(
-                    [getattr(r, field).get(k, np.zeros(r.reset_count.shape, bool)) for r in reports]
-                )
-                for k in names
-            }
-
-        return health.Report(
-            joined("tripped"),
-            joined("counts"),
-            self._index.join([r.overflow for r in reports]),
-            self._index.join([r.reset_count for r in reports]),
-        )
+        return join_reports(self._index, [m.health for m in self._members])
 
     @property
     def backend_info(self) -> dict[str, Any]:
@@ -356,31 +341,9 @@ class GroupRunner:
         group touched; a field whose shape differs between groups is set through ids
         of one group. Every group is checked before any changes.
         """
-        try:
-            arr = np.asarray(values)
-        except Exception as e:  # ragged lists and the like
-            raise TypeError(f"values must be array-like: {e}") from None
-        n = self.num_envs
-        ids = None if env_ids is None else checks.env_ids(env_ids, n)
-        rows = n if ids is None else len(ids)
-        pieces = self._index.split_ids(np.arange(n) if ids is None else ids)
-        updates = []
-        for g, (m, (at, local)) in enumerate(zip(self._members, pieces, strict=True)):
-            if not len(at):
-                continue
-            try:
-                core = params.core_shape(m.model, path)
-                # one row per selected world, unless it is the core shape (as for one runner)
-                per_row = arr.ndim > 0 and arr.shape[0] == rows and arr.shape != core
-                mine = arr[at] if per_row else arr
-                new = params.new_values(
-                    m.model, path, mine, None if ids is None else local, m.num_envs
-                )
-            except (ValueError, TypeError) as e:
-                raise type(e)(f"group {g}: {e}") from None
-            updates.append((m, new))
-        for m, new in updates:
-            m._write_params({path: new})
+        models = [m.model for m in self._members]
+        for g, new in route_values(self._index, models, path, values, env_ids):
+            self._members[g]._write_params({path: new})
 
     def set_gravity(self, gravity: Any, world: int | None = None) -> None:
         """Gravity ``(3,)`` for every world or for global ``world`` only."""

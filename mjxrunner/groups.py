@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from mjxrunner import checks
+from mjxrunner import checks, health, params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +105,62 @@ class WorldIndex:
     def join(self, pieces: Sequence[np.ndarray]) -> np.ndarray:
         """The ``(num_envs, ...)`` array of per-group pieces, in group order."""
         return np.concatenate([np.asarray(p) for p in pieces], axis=0)
+
+
+def route_values(
+    index: WorldIndex, models: Sequence[Any], path: str, values: Any, env_ids: Any
+) -> list[tuple[int, np.ndarray]]:
+    """``set_param``'s values over groups: for each group with selected worlds,
+    ``(group, array)``, the validated array :func:`mjxrunner.params.new_values`
+    gives for that group's ``mjx.Model`` (``models[g]``).
+
+    ``values`` as for one runner, with global ``env_ids``: one core-shaped value for
+    every selected world, or one row per selected world. The core shape must fit
+    every touched group. Every group is checked before anything is returned, so a
+    refusal changes nothing; errors name the group."""
+    try:
+        arr = np.asarray(values)
+    except Exception as e:  # ragged lists and the like
+        raise TypeError(f"values must be array-like: {e}") from None
+    n = index.num_envs
+    ids = None if env_ids is None else checks.env_ids(env_ids, n)
+    rows = n if ids is None else len(ids)
+    out = []
+    for g, (at, local) in enumerate(index.split_ids(np.arange(n) if ids is None else ids)):
+        if not len(at):
+            continue
+        model = models[g]
+        try:
+            core = params.core_shape(model, path)
+            # one row per selected world, unless it is the core shape (as for one runner)
+            per_row = arr.ndim > 0 and arr.shape[0] == rows and arr.shape != core
+            mine = arr[at] if per_row else arr
+            size = index.sizes[g]
+            out.append(
+                (g, params.new_values(model, path, mine, None if ids is None else local, size))
+            )
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"group {g}: {e}") from None
+    return out
+
+
+def join_reports(index: WorldIndex, reports: Sequence[health.Report]) -> health.Report:
+    """The groups' health reports as one over global ids (a guard some group lacks
+    reads as never tripped there)."""
+
+    def joined(field: str) -> dict[str, np.ndarray]:
+        names = sorted({k for r in reports for k in getattr(r, field)})
+        zeros = lambda r, k: np.zeros(r.reset_count.shape, bool if field == "tripped" else np.int32)  # noqa: E731
+        return {
+            k: index.join([getattr(r, field).get(k, zeros(r, k)) for r in reports]) for k in names
+        }
+
+    return health.Report(
+        joined("tripped"),
+        joined("counts"),
+        index.join([r.overflow for r in reports]),
+        index.join([r.reset_count for r in reports]),
+    )
 
 
 def padded(pieces: Sequence[np.ndarray], width: int) -> np.ndarray:

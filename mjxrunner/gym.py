@@ -33,7 +33,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from mjxrunner import checks, core, door, render
+from mjxrunner import checks, door, render
 from mjxrunner import env as env_
 from mjxrunner.tasks.base import Task
 
@@ -68,14 +68,6 @@ class WorldFrames(Sequence):
 
 
 _STEP_FIELDS = ("obs", "reward", "terminated", "truncated", "final_obs", "final_mask")
-
-
-def _reseed(state: env_.EnvState, mask: np.ndarray, key: jax.Array) -> env_.EnvState:
-    """Gives the worlds in ``mask`` the streams that ``reset(key)`` would give them."""
-    fresh = core.init_keys(key, mask.shape[0])
-    rng = np.where(mask[:, None], np.asarray(fresh), np.asarray(state.runner.rng))
-    rng = jax.device_put(rng, state.runner.rng.sharding)  # placed as before: no recompile
-    return state.replace(runner=state.runner.replace(rng=rng))
 
 
 def _autoreset_mode(value: Any) -> AutoresetMode:
@@ -186,7 +178,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             raise ValueError("render_worlds must name at least one world")
         self._render_size = render.check_size(*render_size)
         self._camera = camera
-        self._renderer: render.WorldRenderer | None = None
+        self._renderers: list[tuple[mujoco.MjModel, render.WorldRenderer]] = []
         self._frames: list[np.ndarray] = []
         low, high = (np.asarray(b, np.float32) for b in (self.env.low, self.env.high))
         obs_dim = self.env.observation_size
@@ -291,7 +283,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             mask = np.ones((self.num_envs,), bool) if mask is None else mask
             state = self.state
             if seed is not None:
-                state = _reseed(state, mask, jax.random.key(seed))
+                state = env_.reseed(state, mask, jax.random.key(seed))
             state = env_.jit_reset_worlds(self.env, state, mask)
         self._door.state = state
         obs, done = jax.device_get((state.obs, state.done))
@@ -362,25 +354,43 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
 
     # --- rendering ---------------------------------------------------------------------
 
-    def _world_renderer(self) -> render.WorldRenderer:
-        if self._renderer is None:
-            self._renderer = render.WorldRenderer(self.env.host.mj_model)
-        return self._renderer
+    def _world_renderer(self, mj_model: mujoco.MjModel | None = None) -> render.WorldRenderer:
+        """The renderer of ``mj_model`` (default: the env's), one per scene."""
+        m = self.env.host.mj_model if mj_model is None else mj_model
+        for known, renderer in self._renderers:
+            if known is m:
+                return renderer
+        self._renderers.append((m, render.WorldRenderer(m)))
+        return self._renderers[-1][1]
 
-    def _drawn(self) -> tuple[render.WorldRenderer, Any, Any]:
-        state = self.state
-        model = (self.env.model if state.model is None else state.model).tree
-        return self._world_renderer(), model, state.runner.data
+    def _frame_drawer(self, width: int = 0) -> Callable[[int], np.ndarray]:
+        """``draw(world)`` of the current state (kept by the closure), ``width``
+        pixels wide (0: the render size's)."""
+        env, state, (full, height) = self.env, self.state, self._render_size
+        width = width or full
+
+        def draw(world: int) -> np.ndarray:
+            m, model, data, local = env_.world_scene(env, state, world)
+            return self._world_renderer(m).frame(model, data, local, self._camera, width, height)
+
+        return draw
 
     def render_tiled(self) -> np.ndarray:
         """The ``render_worlds`` of the current state side by side, ``(height, width,
-        3)`` uint8 (any render mode)."""
-        renderer, model, data = self._drawn()
+        3)`` uint8 (any render mode). Worlds of one scene share a picture; over
+        groups, each world is drawn with its own scene, and the frames are joined."""
         worlds, (width, height) = self._render_worlds, self._render_size
         if len(worlds) == 1:
-            return renderer.frame(model, data, worlds[0], self._camera, width, height)
-        origins = render.spread(renderer, model, data, worlds)
-        return renderer.tiled(model, data, worlds, origins, self._camera, width, height)
+            return self._frame_drawer()(worlds[0])
+        scenes = [env_.world_scene(self.env, self.state, w) for w in worlds]
+        if any(s[0] is not scenes[0][0] for s in scenes):
+            draw = self._frame_drawer(max(1, width // len(worlds)))
+            return np.concatenate([draw(w) for w in worlds], axis=1)
+        m, model, data, _ = scenes[0]
+        renderer = self._world_renderer(m)
+        local = [s[3] for s in scenes]
+        origins = render.spread(renderer, model, data, local)
+        return renderer.tiled(model, data, local, origins, self._camera, width, height)
 
     def render(self) -> Sequence[np.ndarray] | list[np.ndarray] | None:
         """``"rgb_array"``: one ``(height, width, 3)`` uint8 frame per world of the
@@ -391,20 +401,14 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         if self.render_mode is None:
             return None
         if self.render_mode == "rgb_array":
-            renderer, model, data = self._drawn()
-            width, height = self._render_size
-
-            def draw(world: int) -> np.ndarray:
-                return renderer.frame(model, data, world, self._camera, width, height)
-
-            return WorldFrames(draw, self.num_envs)
+            return WorldFrames(self._frame_drawer(), self.num_envs)
         frames, self._frames = self._frames, []
         return frames
 
     def close_extras(self, **kwargs: Any) -> None:
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        for _, renderer in self._renderers:
+            renderer.close()
+        self._renderers = []
 
     def episode_statistics(self) -> dict[str, Any]:
         """NumPy view of the per-world episode statistics (see

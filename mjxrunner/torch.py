@@ -265,10 +265,7 @@ class TorchVecEnv:
             raise ValueError(f"lengths must lie in [0, {self.max_episode_length}]")
         if (lengths != np.round(lengths)).any():
             raise ValueError("lengths must be whole numbers of steps")
-        state = self.state
-        current = state.runner.episode_length
-        new = jax.device_put(lengths.astype(np.int32), current.sharding)
-        self._door.state = state.replace(runner=state.runner.replace(episode_length=new))
+        self._door.state = env_.with_episode_length(self.state, lengths)
 
     def episode_statistics(self) -> dict[str, Any]:
         """NumPy episode statistics (see :func:`mjxrunner.env.episode_statistics`)."""
