@@ -1,0 +1,373 @@
+"""Heterogeneous worlds: groups of different scenes behind one world index.
+
+The reference for a group is a homogeneous runner (or env) of its scene, seeded
+and driven alike: a group runner must equal the separate runners world for world,
+bit for bit, through steps, every kind of reset, per-world parameters and
+randomization. The puck scenes are small (3 dof), so each compile is cheap.
+"""
+
+import gymnasium
+import jax
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+from mjxrunner import CompileCounter, MultiEnvRunner, core, models, tasks
+from mjxrunner import env as E
+from mjxrunner.group_env import GroupEnv
+from mjxrunner.group_runner import GroupRunner
+from mjxrunner.groups import WorldIndex
+from mjxrunner.gym import MjxVectorEnv
+from mjxrunner.params import Term
+
+N0, N1 = 4, 4
+N = N0 + N1
+SCENES = ("puck", "puck_blocks")
+GROUPS = [(SCENES[0], N0), (SCENES[1], N1)]
+TASK = tasks.get("puck_reach").replace(max_episode_steps=15)  # episodes end in the tests
+FRICTION = [Term("geom_friction", 0.5, 1.5, index=(0, 0))]  # geom 0 (the floor) in both
+
+
+# --- the index --------------------------------------------------------------------------
+
+
+def test_world_index_numbers_groups_one_after_another():
+    index = WorldIndex.of([3, 5, 2])
+    np.testing.assert_array_equal(index.world_start, [0, 3, 8, 10])
+    assert index.num_envs == 10 and index.num_groups == 3 and index.sizes == (3, 5, 2)
+    assert index.group_of(0) == 0 and index.group_of(3) == 1 and index.group_of(9) == 2
+    np.testing.assert_array_equal(index.group_of([9, 2, 4]), [2, 0, 1])
+    assert index.local(8) == (2, 0)
+    mask = np.arange(11) % 2 == 0  # (num_envs + 1,): the last entry is True
+    pieces = index.split_mask(mask)
+    assert [p.shape for p in pieces] == [(4,), (6,), (3,)]
+    assert all(p[-1] for p in pieces)  # every group restores its shared leaves
+    np.testing.assert_array_equal(pieces[1][:-1], mask[3:8])
+    (at0, ids0), (at1, ids1), (at2, ids2) = index.split_ids(np.array([9, 0, 4]))
+    assert at0.tolist() == [1] and ids0.tolist() == [0]
+    assert at1.tolist() == [2] and ids1.tolist() == [1]
+    assert at2.tolist() == [0] and ids2.tolist() == [1]
+    with pytest.raises(ValueError, match="lie in"):
+        index.group_of(10)
+    with pytest.raises(ValueError, match="at least one group"):
+        WorldIndex.of([])
+    with pytest.raises(ValueError, match="num_envs of group 1"):
+        WorldIndex.of([2, 0])
+
+
+# --- the runner -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runners():
+    """A two-group runner and the two homogeneous runners it must equal."""
+    group = MultiEnvRunner.from_groups(GROUPS, seed=3)
+    alone = [MultiEnvRunner(SCENES[0], N0, seed=3), MultiEnvRunner(SCENES[1], N1, seed=4)]
+    return group, alone
+
+
+def assert_same(group: GroupRunner, alone, what: str) -> None:
+    for g, r in enumerate(alone):
+        for field in ("qpos", "qvel", "ctrl"):
+            np.testing.assert_array_equal(
+                getattr(group.data_of(g), field), getattr(r.data, field), err_msg=f"{what} {g}"
+            )
+    np.testing.assert_array_equal(
+        group.episode_length, np.concatenate([r.episode_length for r in alone])
+    )
+
+
+def drive(group, alone, rng) -> None:
+    """One step of random actions, the same for both."""
+    u = rng.uniform(-1, 1, (N, 2)).astype(np.float32)
+    group.set_actions(u)
+    alone[0].set_actions(u[:N0])
+    alone[1].set_actions(u[N0:])
+    group.step()
+    for r in alone:
+        r.step()
+
+
+def test_two_groups_equal_two_runners_through_resets_parameters_and_randomization(runners):
+    group, alone = runners
+    assert group.num_envs == N and group.num_groups == 2
+    np.testing.assert_array_equal(group.world_start, [0, N0, N])
+    assert group.group_of(N0) == 1 and group.group_of(N0 - 1) == 0
+    group.set_randomization(FRICTION)
+    for r in alone:
+        r.set_randomization(FRICTION)
+    np.testing.assert_array_equal(group.param("geom_friction")[1], alone[1].param("geom_friction"))
+    rng = np.random.default_rng(0)
+    counter = None
+    for t in range(100):
+        if t == 50:  # every call has met every shape signature: nothing may compile now
+            counter = CompileCounter().__enter__()
+        drive(group, alone, rng)
+        if t in (10, 60):  # a (num_envs,) mask over both groups
+            mask = np.zeros(N, bool)
+            mask[[1, N0 + 2]] = True
+            group.reset(mask)
+            alone[0].reset(mask[:N0])
+            alone[1].reset(mask[N0:])
+        if t in (20, 70):  # ids
+            group.reset_envs([N0 + 3, 0])
+            alone[0].reset_envs([0])
+            alone[1].reset_envs([3])
+        if t in (5, 55):  # per-world gravity, new values in one world of group 1
+            group.set_gravity([0.0, 0.0, -3.0 - t / 100], world=N0 + 1)
+            alone[1].set_gravity([0.0, 0.0, -3.0 - t / 100], world=1)
+        if t in (30, 80):  # a redraw of some worlds
+            group.randomize([2, N0])
+            alone[0].randomize([2])
+            alone[1].randomize([0])
+        if t in (40, 90):  # (num_envs + 1,): the last entry restores the shared leaves
+            mask = np.zeros(N + 1, bool)
+            mask[[N0 - 1, N]] = True
+            group.reset(mask)
+            alone[0].reset(np.append(mask[:N0], True))
+            alone[1].reset(np.append(mask[N0:N], True))
+        assert_same(group, alone, f"step {t}")
+    counter.__exit__(None, None, None)
+    assert counter.count == 0
+    for r, gravity in zip(alone, group.param("opt.gravity"), strict=True):
+        np.testing.assert_array_equal(gravity, r.param("opt.gravity"))
+    friction = group.param("geom_friction")
+    assert len({float(f[0, 0]) for f in friction[1]}) == N1  # drawn per world
+    assert group.contact_count().shape == (N,)
+    report = group.health
+    np.testing.assert_array_equal(
+        report.reset_count, np.concatenate([r.health.reset_count for r in alone])
+    )
+
+
+def test_full_reset_restores_every_group(runners):
+    group, _ = runners
+    group.set_gravity([0.0, 0.0, -1.0])  # shared in both groups now
+    group.reset_all()
+    for g, r in enumerate(group.groups):
+        np.testing.assert_array_equal(group.data_of(g).qpos, r.engine.default.data.qpos)
+        np.testing.assert_array_equal(r.param("opt.gravity"), r.engine.default_model.opt.gravity)
+    np.testing.assert_array_equal(group.episode_length, 0)
+    assert isinstance(group.data, tuple) and len(group.data) == 2
+    assert group.data[1].qpos.shape == (N1, 3)
+
+
+def test_group_checkpoint_continues_bit_for_bit(runners, tmp_path):
+    group, _ = runners
+    rng = np.random.default_rng(5)
+    group.set_actions(rng.uniform(-1, 1, (N, 2)).astype(np.float32))
+    group.set_grid_layout(2.0)
+    path = tmp_path / "groups.npz"
+    group.save(path)
+    again = GroupRunner.load(path)
+    assert again.layout == "grid"
+    np.testing.assert_array_equal(again.env_origins, group.env_origins)
+    for _ in range(3):
+        group.step()
+        again.step()
+    for g in range(2):
+        np.testing.assert_array_equal(again.data_of(g).qpos, group.data_of(g).qpos)
+        np.testing.assert_array_equal(
+            again.param("geom_friction")[g], group.param("geom_friction")[g]
+        )
+    with pytest.raises(ValueError, match="holds a group runner"):
+        MultiEnvRunner.load(path)
+
+
+def test_bad_input_is_refused_and_changes_nothing(runners):
+    group, _ = runners
+    before = jax.device_get([m.engine for m in group.groups])
+
+    def unchanged() -> bool:
+        after = jax.device_get([m.engine for m in group.groups])
+        return all(
+            np.array_equal(x, y, equal_nan=True)
+            for x, y in zip(jax.tree.leaves(after), jax.tree.leaves(before), strict=True)
+        )
+
+    friction = models.load(SCENES[0]).geom_friction.astype(np.float32)  # (3, 3): group 0 only
+    bad = [
+        (ValueError, "shape", lambda: group.set_actions(np.zeros((N, 3)))),
+        (ValueError, "finite", lambda: group.set_actions(np.full((N, 2), np.nan))),
+        (ValueError, "group 1", lambda: group.set_param("geom_friction", friction)),
+        (ValueError, "group 1", lambda: group.set_param("geom_friction", friction, [0, N0])),
+        (ValueError, "shape", lambda: group.reset(np.ones(N + 2, bool))),
+        (ValueError, "lie in", lambda: group.reset_envs([N])),
+        (ValueError, "lie in", lambda: group.render(N)),
+        (
+            ValueError,
+            "group 0",  # geom 5 exists in group 1 only
+            lambda: group.set_randomization([Term("geom_friction", 1, 2, index=(5, 0))]),
+        ),
+    ]
+    for error, message, call in bad:
+        with pytest.raises(error, match=message):
+            call()
+        assert unchanged(), message
+    # a field whose shape differs between groups is set through one group's ids
+    group.set_param("geom_friction", friction[None], [1])
+    np.testing.assert_array_equal(group.param("geom_friction")[0][1], friction)
+    with pytest.raises(TypeError, match="group 0"):
+        MultiEnvRunner.from_groups([(SCENES[0],)])
+    with pytest.raises(ValueError, match="shared by every group"):
+        MultiEnvRunner.from_groups([(SCENES[0], 2, {"impl": "warp"})])
+
+
+def test_groups_of_different_nu_share_one_padded_action_row():
+    group = MultiEnvRunner.from_groups([("cartpole", 2), ("puck", 3)])
+    assert group.action_dim() == 2
+    np.testing.assert_array_equal(group.action_mask[:, 1], [False, False, True, True, True])
+    u = np.arange(10, dtype=np.float32).reshape(5, 2) / 10
+    group.set_actions(u)
+    np.testing.assert_array_equal(group.groups[0].control, u[:2, :1])  # column 0 only
+    np.testing.assert_array_equal(group.groups[1].control, u[2:])
+    np.testing.assert_array_equal(group.control, u * group.action_mask)
+    group.set_actions(np.ones((1, 2), np.float32), env_ids=[3])
+    np.testing.assert_array_equal(group.control[3], [1, 1])
+    np.testing.assert_array_equal(group.control[2], u[2])
+
+
+def test_render_and_layout_use_global_ids(runners):
+    group, _ = runners
+    frame = group.render(N0 + 1, width=64, height=48)
+    own = group.groups[1].render(1, width=64, height=48)
+    np.testing.assert_array_equal(frame, own)
+    row = group.render_worlds([0, N0], width=64, height=48)
+    assert row.shape == (48, 128, 3)
+    assert not np.array_equal(row[:, :64], row[:, 64:])  # the blocks show
+    group.set_linear_layout(1.5)
+    np.testing.assert_array_equal(group.env_origin(N0), [1.5 * N0, 0, 0])
+
+
+# --- the env ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def envs():
+    """The env over two groups and the two homogeneous envs it must equal."""
+    group = E.make(TASK, N, groups=GROUPS, autoreset="same_step", normalize_obs=True)
+    alone = [E.make(TASK, n, model=scene) for scene, n in GROUPS]
+    return group, alone
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+def test_env_over_groups_equals_the_homogeneous_envs(envs, mode):
+    group, alone = envs
+    group = group.with_autoreset(mode)
+    alone = [e.with_autoreset(mode) for e in alone]
+    assert isinstance(group, GroupEnv) and group.num_envs == N
+    key = jax.random.key(7)
+    keys = core.init_keys(key, N)
+    s = E.jit_reset(group, key)
+    refs = [E.reset_from_keys(alone[0], keys[:N0]), E.reset_from_keys(alone[1], keys[N0:])]
+    rng = np.random.default_rng(1)
+    for t in range(60):
+        u = rng.uniform(-1, 1, (N, 2)).astype(np.float32)
+        s = E.jit_step(group, s, u)
+        refs = [E.jit_step(alone[0], refs[0], u[:N0]), E.jit_step(alone[1], refs[1], u[N0:])]
+        if mode == "disabled" and t % 20 == 19:  # restart by hand
+            mask = np.arange(N) % 3 == 0
+            s = E.jit_reset_worlds(group, s, mask)
+            refs = [
+                E.jit_reset_worlds(a, r, m)
+                for a, r, m in zip(alone, refs, (mask[:N0], mask[N0:]), strict=True)
+            ]
+        for field in ("obs", "final_obs"):  # the groups' own, before normalization
+            raw = np.concatenate([np.asarray(getattr(g, field)) for g in s.groups])
+            joined = np.concatenate([np.asarray(getattr(r, field)) for r in refs])
+            np.testing.assert_array_equal(raw, joined, err_msg=f"{field} {t}")
+        for field in ("reward", "final_mask", "terminated", "truncated", "episode_length"):
+            joined = np.concatenate([np.asarray(getattr(r, field)) for r in refs])
+            np.testing.assert_array_equal(
+                np.asarray(getattr(s, field)), joined, err_msg=f"{field} {t}"
+            )
+    stats = E.episode_statistics(s)
+    assert stats["episodes"] >= N  # episodes of 15 steps ended and restarted
+    np.testing.assert_array_equal(
+        stats["return_sum"], np.concatenate([E.episode_statistics(r)["return_sum"] for r in refs])
+    )
+
+
+def test_env_groups_must_agree_on_what_the_policy_sees():
+    with pytest.raises(ValueError, match="groups 0 and 1 differ in observation_size"):
+        E.make("puck_reach", 4, groups=[("puck", 2), ("reacher", 2)])
+    with pytest.raises(ValueError, match="hold 4 worlds, but num_envs is 5"):
+        E.make("puck_reach", 5, groups=[("puck", 2), ("puck_steps", 2)])
+    with pytest.raises(ValueError, match="give each group its model"):
+        E.make("puck_reach", 4, groups=[("puck", 2), ("puck_steps", 2)], model="puck")
+
+
+def test_env_observation_statistics_span_every_group(envs):
+    normed, _ = envs
+    s = E.jit_reset(normed, jax.random.key(2))
+    raw = [np.concatenate([np.asarray(g.obs) for g in s.groups])]
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        s = E.jit_step(normed, s, rng.uniform(-1, 1, (N, 2)).astype(np.float32))
+        raw.append(np.concatenate([np.asarray(g.obs) for g in s.groups]))
+    everything = np.concatenate(raw)
+    assert float(s.obs_norm.count) == everything.shape[0]
+    np.testing.assert_allclose(s.obs_norm.mean, everything.mean(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(s.obs_norm.var, everything.var(axis=0), rtol=1e-4, atol=1e-6)
+    scaled = (raw[-1] - everything.mean(axis=0)) / np.sqrt(everything.var(axis=0) + 1e-8)
+    np.testing.assert_allclose(s.obs, scaled, rtol=1e-3, atol=1e-4)
+
+
+# --- Gymnasium -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vector_envs():
+    return {
+        mode: MjxVectorEnv(TASK, N, groups=GROUPS, autoreset_mode=mode, seed=4, normalize_obs=True)
+        for mode in AutoresetMode
+    }
+
+
+def raw(state) -> np.ndarray:
+    """The observations of every world before normalization."""
+    return np.concatenate([np.asarray(g.obs) for g in state.groups])
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+def test_gymnasium_over_groups_matches_its_groups_and_checks_out(vector_envs, envs, mode):
+    v = vector_envs[mode]
+    assert v.single_observation_space == gymnasium.spaces.Box(-np.inf, np.inf, (8,), np.float32)
+    assert v.action_space.shape == (N, 2) and v.num_envs == N
+    obs, info = v.reset(seed=4)
+    assert v.observation_space.contains(obs) and info == {}
+    functional = envs[0].with_autoreset(v.env.autoreset)  # the same compiled step
+    s = E.jit_reset(functional, jax.random.key(4))
+    first = raw(v.state)
+    np.testing.assert_array_equal(obs, s.obs)
+    rng = np.random.default_rng(2)
+    wrapped = gymnasium.wrappers.vector.RecordEpisodeStatistics(v)
+    for _ in range(5):
+        u = rng.uniform(-1, 1, (N, 2)).astype(np.float32)
+        obs, reward, terminated, truncated, _ = wrapped.step(u)
+        s = E.jit_step(functional, s, u)
+        assert v.observation_space.contains(obs)
+        assert reward.dtype == np.float64 and terminated.dtype == truncated.dtype == np.bool_
+        np.testing.assert_array_equal(obs, s.obs)
+        np.testing.assert_array_equal(reward, s.reward)
+    v.reset(seed=4, options={"reset_mask": np.arange(N) == N0})
+    np.testing.assert_array_equal(raw(v.state)[N0], first[N0])  # re-seeded: its first start
+    before = jax.device_get(v.state)
+    with pytest.raises(ValueError, match="shape"):
+        v.step(np.zeros((N, 3)))
+    after = jax.device_get(v.state)
+    assert all(
+        np.array_equal(x, y)
+        for x, y in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True)
+    )
+
+
+def test_gymnasium_over_groups_renders_each_world_with_its_scene():
+    v = MjxVectorEnv("puck_reach", N, groups=GROUPS, render_mode="rgb_array", render_size=(64, 48))
+    v.reset(seed=0)
+    frames = v.render()
+    assert len(frames) == N and frames[N0].shape == (48, 64, 3)
+    assert not np.array_equal(frames[0], frames[N0])  # the blocks show in group 1
+    tiled = v.render_tiled()  # the first four worlds: all of group 0, one scene
+    assert tiled.shape == (48, 64, 3)
+    v.close()
