@@ -112,12 +112,12 @@ class GroupRunner:
         specs = [group_spec(spec, g) for g, spec in enumerate(groups)]
         self._index = WorldIndex.of([n for _, n, _ in specs])
         self._members = tuple(
-            runner_.MultiEnvRunner(
-                model, n, impl=impl, **{"seed": seed + g, **options, **own}, devices=devices
-            )
+            runner_.MultiEnvRunner(model, n, impl=impl, **{"seed": seed + g, **options, **own})
             for g, (model, n, own) in enumerate(specs)
         )
         self._origins, self._layout = layout.linear(self.num_envs, 0.0), "linear"
+        if devices is not None:
+            self.shard(devices)
 
     # --- the index and the groups -----------------------------------------------------
 
