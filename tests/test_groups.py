@@ -376,6 +376,25 @@ def test_gymnasium_over_groups_renders_each_world_with_its_scene():
     v.close()
 
 
+def test_torch_door_over_groups_shares_the_joined_observations():
+    import torch
+
+    from mjxrunner.torch import TorchVecEnv
+
+    v = TorchVecEnv(TASK, N, groups=GROUPS, seed=4, normalize_obs=True)
+    obs, _ = v.reset()
+    assert obs["policy"].shape == (N, 8) and obs["policy"].dtype == torch.float32
+    expected = jax.device_get(v.state.obs)
+    np.testing.assert_array_equal(obs["policy"].numpy(), expected)
+    u = torch.zeros((N, 2))
+    for _ in range(TASK.max_episode_steps):
+        obs, _, _, truncated, extras = v.step(u)
+    assert truncated.all() and extras["final_mask"].all()  # the time limit, every group
+    np.testing.assert_array_equal(obs["policy"].numpy(), jax.device_get(v.state.obs))
+    v.set_episode_length(np.arange(N) % 5)
+    np.testing.assert_array_equal(v.state.groups[1].episode_length, np.arange(N0, N) % 5)
+
+
 # --- two devices (a process of its own, in the background) ----------------------------
 
 
