@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--num-envs", type=int, nargs="+", default=[512, 2048])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument("--json", help="also write the figures to this file (JSON)")
     args = p.parse_args()
     info = backend_info()
     v = info["versions"]

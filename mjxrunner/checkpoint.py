@@ -181,7 +181,7 @@ _COMMON = frozenset(
         "sha256",
     }
 )
-_REQUIRED = {
+_REQUIRED: dict[str, frozenset] = {
     "runner": _COMMON | {"layout"},
     "env": _COMMON | {"task", "autoreset", "pool_size"},
     "groups": frozenset({"kind", "num_envs", "world_start", "layout", "parts", "arrays", "sha256"}),
@@ -652,20 +652,50 @@ def load(path: str | os.PathLike, **kwargs: Any) -> Any:
 # --- group runners ----------------------------------------------------------------------
 
 
-def save_groups(runner: Any, path: str | os.PathLike) -> Path:
-    """Writes a :class:`~mjxrunner.group_runner.GroupRunner` to one file atomically:
-    each group's runner checkpoint (as :func:`save` writes it) stored as bytes
-    ``"group/<g>"``, with the world index and the layout."""
+def _packed(writers: list[Callable[[Path], Path]]) -> dict[str, np.ndarray]:
+    """Each group's own checkpoint, written by ``writers[g](file)``, as bytes
+    ``"group/<g>"`` (the zip of a zip: every group keeps its own checks)."""
     import tempfile
 
     arrays: dict[str, np.ndarray] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for g, member in enumerate(runner.groups):
-            file = save(member, Path(tmp) / f"group{g}.npz")
+        for g, writer in enumerate(writers):
+            file = writer(Path(tmp) / f"group{g}.npz")
             if jax.process_index() == 0:  # the process that wrote it
                 arrays[f"group/{g}"] = np.frombuffer(file.read_bytes(), np.uint8)
+    return arrays
+
+
+def _unpacked(header: dict, arrays: dict, where: str, of: str, load: Callable) -> list[Any]:
+    """``load(file, g, num_envs)`` of every group's checkpoint in a groups file."""
+    import tempfile
+
+    if header.get("of") != of:
+        how = "GroupRunner.load" if header.get("of") == "runner" else "mjxrunner.env.load"
+        raise CheckpointError(f"{where} holds groups of a {header.get('of')}: load it with {how}")
+    sizes = [int(n) for n in np.diff(header["world_start"])]
+    if any(f"group/{g}" not in arrays for g in range(len(sizes))):
+        raise CheckpointError(f"{where} lacks a group's checkpoint")
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for g, n in enumerate(sizes):
+            file = Path(tmp) / f"group{g}.npz"
+            file.write_bytes(arrays[f"group/{g}"].tobytes())
+            try:
+                out.append(load(file, g, n))
+            except CheckpointError as e:
+                raise CheckpointError(f"{where}, group {g}: {e}") from None
+    return out
+
+
+def save_groups(runner: Any, path: str | os.PathLike) -> Path:
+    """Writes a :class:`~mjxrunner.group_runner.GroupRunner` to one file atomically:
+    each group's runner checkpoint (as :func:`save` writes it) stored as bytes
+    ``"group/<g>"``, with the world index and the layout."""
+    arrays = _packed([lambda file, m=m: save(m, file) for m in runner.groups])
     arrays["origins"] = np.asarray(runner.env_origins, np.float64)
     fields = {
+        "of": "runner",
         "num_envs": runner.num_envs,
         "world_start": [int(x) for x in runner.world_start],
         "layout": runner.layout,
@@ -674,34 +704,71 @@ def save_groups(runner: Any, path: str | os.PathLike) -> Path:
 
 
 def load_groups(
-    path: str | os.PathLike, *, runner_cls: type, devices: Any = None, device: Any = None
+    path: str | os.PathLike,
+    *,
+    runner_cls: type,
+    member_cls: type,
+    devices: Any = None,
+    device: Any = None,
 ) -> Any:
-    """Builds a group runner of ``runner_cls`` from :func:`save_groups`'s file; every
-    group is checked as :func:`load_runner` checks a runner, before any is built."""
-    import tempfile
-
-    from mjxrunner.runner import MultiEnvRunner
-
+    """Builds a group runner of ``runner_cls`` (its groups of ``member_cls``) from
+    :func:`save_groups`'s file; each group is checked as :func:`load_runner` checks
+    a runner."""
     header, arrays = read(path, kind="groups")
-    where = repr(str(path))
-    starts = header["world_start"]
-    sizes = [int(n) for n in np.diff(starts)]
-    if any(f"group/{g}" not in arrays for g in range(len(sizes))):
-        raise CheckpointError(f"{where} lacks a group's checkpoint")
-    members = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for g, n in enumerate(sizes):
-            file = Path(tmp) / f"group{g}.npz"
-            file.write_bytes(arrays[f"group/{g}"].tobytes())
-            try:
-                members.append(
-                    load_runner(
-                        file, runner_cls=MultiEnvRunner, num_envs=n, devices=devices, device=device
-                    )
-                )
-            except CheckpointError as e:
-                raise CheckpointError(f"{where}, group {g}: {e}") from None
+
+    def load(file: Path, g: int, n: int) -> Any:
+        return load_runner(file, runner_cls=member_cls, num_envs=n, devices=devices, device=device)
+
+    members = _unpacked(header, arrays, repr(str(path)), "runner", load)
     return runner_cls._of(members, np.array(arrays["origins"], np.float64), header["layout"])
+
+
+_JOINED = ("obs", "reward", "final_obs", "final_mask", "terminated", "truncated", "episode_length")
+
+
+def save_env_groups(path: str | os.PathLike, genv: Any, state: Any) -> Path:
+    """Writes a :class:`~mjxrunner.group_env.GroupEnv` and one of its states: each
+    group's env checkpoint (:func:`save_env`) as bytes, with the joined fields and
+    the observation statistics over all groups."""
+    writers = [
+        lambda file, e=e, s=s: save_env(file, e, s)
+        for e, s in zip(genv.envs, state.groups, strict=True)
+    ]
+    arrays = _packed(writers)
+    joined = {f"joined/{k}": host_copy(getattr(state, k)) for k in _JOINED}
+    if state.obs_norm is not None:
+        norm = state.obs_norm
+        joined |= {f"obs_norm/{k}": host_copy(getattr(norm, k)) for k in norm.__dataclass_fields__}
+    spec = genv.normalize
+    fields = {
+        "of": "env",
+        "num_envs": genv.num_envs,
+        "world_start": [int(x) for x in genv.world_start],
+        "layout": None,
+        "obs_normalization": None if spec is None else {"clip": spec.clip, "eps": spec.eps},
+    }
+    return write(path, "groups", {}, genv.host.mj_model, fields, arrays={**arrays, **joined})
+
+
+def _load_env_groups(header: dict, arrays: dict, where: str, **options: Any) -> tuple[Any, Any]:
+    from mjxrunner import group_env, normalize
+    from mjxrunner.groups import WorldIndex
+
+    def load(file: Path, g: int, n: int) -> Any:
+        return load_env(file, **options)
+
+    members = _unpacked(header, arrays, where, "env", load)
+    envs, states = zip(*members, strict=True)
+    genv = group_env.GroupEnv(tuple(envs), WorldIndex.of([e.num_envs for e in envs]))
+    norm = header["obs_normalization"]
+    obs_norm = None
+    if norm is not None:
+        genv = genv.with_obs_normalization(True, **norm)
+        fields = normalize.ObsNorm.__dataclass_fields__
+        obs_norm = normalize.ObsNorm(**{k: arrays[f"obs_norm/{k}"] for k in fields})
+    joined = {k: arrays[f"joined/{k}"] for k in _JOINED}
+    state = group_env.GroupState(groups=tuple(states), obs_norm=obs_norm, **joined)
+    return genv, engine.put(state.replace(groups=()), genv.config).replace(groups=tuple(states))
 
 
 # --- envs --------------------------------------------------------------------------------
@@ -798,8 +865,13 @@ def load_env(
     from mjxrunner import env as env_
     from mjxrunner import tasks
 
-    header, arrays = read(path, kind="env")
+    header, arrays = read(path)
     where = repr(str(path))
+    if header["kind"] == "groups" and header.get("of") == "env":
+        options = {"task": task, "device": device, "devices": devices, "guards": guards}
+        return _load_env_groups(header, arrays, where, user_template=user_template, **options)
+    if header["kind"] != "env":
+        read(path, kind="env")  # raises, saying what the file holds
     n = header["num_envs"]
     if task is None:
         try:

@@ -983,6 +983,9 @@ def save(path: str | os.PathLike, env: Env, state: EnvState) -> None:
     :mod:`mjxrunner.checkpoint`); :func:`load` continues the run bit for bit."""
     from mjxrunner import checkpoint
 
+    if _groups(env):
+        checkpoint.save_env_groups(path, env, state)
+        return
     checkpoint.save_env(path, env, state)
 
 

@@ -425,7 +425,13 @@ class GroupRunner:
         """A group runner rebuilt from :meth:`save`'s file; it continues bit for bit."""
         from mjxrunner import checkpoint
 
-        return checkpoint.load_groups(path, runner_cls=cls, devices=devices, device=device)
+        return checkpoint.load_groups(
+            path,
+            runner_cls=cls,
+            member_cls=runner_.MultiEnvRunner,
+            devices=devices,
+            device=device,
+        )
 
     @classmethod
     def _of(cls, members: Sequence[Any], origins: np.ndarray, layout_name: str) -> GroupRunner:
