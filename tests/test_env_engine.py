@@ -79,12 +79,13 @@ def assert_worlds_identical(a, b, worlds) -> None:
 N_SMOKE = 8
 
 
-# One task per scene: tasks of one scene run the same physics (cartpole_swingup is
-# cartpole_balance's scene).
-ONE_PER_SCENE = sorted({tasks.get(n).model: n for n in sorted(tasks.list(), reverse=True)}.values())
+# The contact scenes' tasks and one smooth one: every scene also runs on warp against
+# native MuJoCo in test_parity, and a task's functions do not depend on the impl,
+# so the smooth scenes' other tasks add compile time, not coverage.
+WARP_TASKS = ["ant_walk", "cartpole_balance", "hopper_hop", "humanoid_walk", "puck_reach"]
 
 
-@pytest.mark.parametrize("name", ONE_PER_SCENE)
+@pytest.mark.parametrize("name", WARP_TASKS)
 def test_every_task_runs_on_warp_and_through_gymnasium(name):
     steps = 3
     env = E.make(name, N_SMOKE, impl="warp")

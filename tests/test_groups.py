@@ -41,7 +41,9 @@ POSTED = (
 SCENES = ("cartpole", POSTED)
 GROUPS = [(SCENES[0], N0), (SCENES[1], N1)]
 NU, OBS = 1, 5
-TASK = tasks.get("cartpole_balance").replace(max_episode_steps=15)  # episodes end in the tests
+# Episodes end in the tests; as in test_env and test_gym, whose homogeneous env of 4
+# cartpoles is then the same program as group 0's reference (a persistent-cache hit).
+TASK = tasks.get("cartpole_balance").replace(max_episode_steps=25)
 DAMPING = [Term("dof_damping", 0.5, 2.0)]
 
 
@@ -280,7 +282,8 @@ def test_env_over_groups_equals_the_homogeneous_envs(envs, mode):
     key = jax.random.key(7)
     keys = core.init_keys(key, N)
     s = E.jit_reset(group, key)
-    refs = [E.reset_from_keys(alone[0], keys[:N0]), E.reset_from_keys(alone[1], keys[N0:])]
+    reset = jax.jit(E.reset_from_keys)
+    refs = [reset(alone[0], keys[:N0]), reset(alone[1], keys[N0:])]
     rng = np.random.default_rng(1)
     # the step compiled for "next_step" serves every mode, and new values never compile
     counter = CompileCounter().__enter__()
@@ -311,7 +314,8 @@ def test_env_over_groups_equals_the_homogeneous_envs(envs, mode):
     if mode == "same_step":
         assert counter.count == 0
     stats = E.episode_statistics(s)
-    assert stats["episodes"] >= N  # episodes of 15 steps ended and restarted
+    # episodes of at most 25 steps ended (and, but for "disabled", restarted)
+    assert stats["episodes"] >= (N if mode != "disabled" else 1)
     np.testing.assert_array_equal(
         stats["return_sum"], np.concatenate([E.episode_statistics(r)["return_sum"] for r in refs])
     )
