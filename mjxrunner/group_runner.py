@@ -299,18 +299,8 @@ class GroupRunner:
         if mask is not None:
             mask = checks.bool_vector(mask, "mask", (n, n + 1))
             masks = self._index.split_mask(mask)
-        engs = [m._eng for m in self._members]
-        out = _restore(
-            tuple(e.config for e in engs),
-            tuple(e.model for e in engs),
-            tuple(e.default_model for e in engs),
-            tuple(e.ref for e in engs),
-            tuple(e.state for e in engs),
-            tuple(e.default for e in engs),
-            tuple(masks),
-        )
-        for m, e, (model, state) in zip(self._members, engs, out, strict=True):
-            m._eng = e.replace(model=model, state=state)
+        fields = self._engine_fields("config", "model", "default_model", "ref", "state", "default")
+        self._take(_restore(*fields, tuple(masks)))
 
     def reset_all(self) -> None:
         """Restores every world and every shared leaf; the RNGs keep advancing."""
@@ -378,20 +368,20 @@ class GroupRunner:
     def randomize(self, env_ids: Any = None) -> None:
         """Redraws the randomized parameters of all worlds or of global ``env_ids``,
         in one compiled call."""
-        engs = [m._eng for m in self._members]
-        if any(e.config.randomization is None for e in engs):
+        if any(m.engine.config.randomization is None for m in self._members):
             raise ValueError("no randomization declared: call set_randomization(terms) first")
         masks = self._index.split_mask(checks.ids_mask(env_ids, self.num_envs))
-        out = _redraw(
-            tuple(e.config for e in engs),
-            tuple(e.model for e in engs),
-            tuple(e.default_model for e in engs),
-            tuple(e.ref for e in engs),
-            tuple(e.state for e in engs),
-            tuple(masks),
-        )
-        for m, e, (model, state) in zip(self._members, engs, out, strict=True):
-            m._eng = e.replace(model=model, state=state)
+        fields = self._engine_fields("config", "model", "default_model", "ref", "state")
+        self._take(_redraw(*fields, tuple(masks)))
+
+    def _engine_fields(self, *names: str) -> list[tuple]:
+        """Per name, the tuple of that field of every group's engine."""
+        return [tuple(getattr(m._eng, name) for m in self._members) for name in names]
+
+    def _take(self, out: Sequence[tuple[Any, Any]]) -> None:
+        """Every group's new ``(model, state)``."""
+        for m, (model, state) in zip(self._members, out, strict=True):
+            m._eng = m._eng.replace(model=model, state=state)
 
     # --- devices ----------------------------------------------------------------------------
 
