@@ -242,14 +242,14 @@ def read(
             f"{where} is incomplete or altered: missing {missing[:5]}, extra {extra[:5]}"
         )
     if kind is not None and saved_kind != kind:
-        what = {"runner": "a runner", "env": "an env", "groups": "a group runner"}
-        how = {
-            "runner": "MultiEnvRunner.load",
-            "env": "mjxrunner.env.load",
-            "groups": "GroupRunner.load",
-        }[saved_kind]
+        what = {"runner": "a runner", "env": "an env", "groups": "groups"}
+        how = {"runner": "MultiEnvRunner.load", "env": "mjxrunner.env.load"}
+        if saved_kind == "groups":  # of a runner or of an env
+            env_groups = header.get("of") == "env"
+            what["groups"] = "groups of an env" if env_groups else "a group runner"
+            how["groups"] = "mjxrunner.env.load" if env_groups else "GroupRunner.load"
         raise CheckpointError(
-            f"{where} holds {what[saved_kind]}, not {what[kind]}: load it with {how}"
+            f"{where} holds {what[saved_kind]}, not {what[kind]}: load it with {how[saved_kind]}"
         )
     return header, arrays
 

@@ -683,8 +683,8 @@ def reset_from_keys(
     """:func:`reset` with each world's PRNG stream given: world ``i``'s stream begins
     at ``keys[i]``, ``(num_envs, 2)`` raw ``uint32`` keys or ``(num_envs,)`` typed
     keys (e.g. a trainer's own per-world keys)."""
-    if _groups(env):
-        return _groups(env).reset_from_keys(env, keys, obs_norm)
+    if groups := _groups(env):
+        return groups.reset_from_keys(env, keys, obs_norm)
     keys = core.raw_keys(keys)
     if keys.shape != (env.num_envs, 2) or keys.dtype != jnp.uint32:
         raise ValueError(
@@ -765,8 +765,8 @@ def step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
       The next state. ``reward``, ``terminated`` and ``truncated`` describe this
       step; statistics count each episode once, when it ends.
     """
-    if _groups(env):
-        return _groups(env).step(env, state, action)
+    if groups := _groups(env):
+        return groups.step(env, state, action)
     action = _check_action(env, action)
     return _sharded(_step_local, env, state, action, per_world=(1,))
 
@@ -864,8 +864,8 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
       Observation statistics scale the new observations but do not move (each
       step counts every world once).
     """
-    if _groups(env):
-        return _groups(env).reset_worlds(env, state, mask)
+    if groups := _groups(env):
+        return groups.reset_worlds(env, state, mask)
     mask = jnp.asarray(mask)
     if mask.dtype != bool or mask.shape != (env.num_envs,):
         raise ValueError(
@@ -897,8 +897,8 @@ def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -
 
 def health_report(state: EnvState) -> health.Report:
     """NumPy snapshot of every guard's flags and counts and the restart counts."""
-    if _groups(state):
-        return _groups(state).health_report(state)
+    if groups := _groups(state):
+        return groups.health_report(state)
     return health.Report.from_state(state.runner)
 
 
@@ -911,8 +911,8 @@ def check_guards(env: Env, before: EnvState, after: EnvState) -> tuple | None:
 def guard_error(env: Env, before: EnvState, after: EnvState) -> Exception | None:
     """The error of the first ``"warn"``/``"raise"`` guard one step tripped (already
     warned for ``"warn"``), or None; for stateful front doors."""
-    if _groups(env):
-        return _groups(env).guard_error(env, before, after)
+    if groups := _groups(env):
+        return groups.guard_error(env, before, after)
     found = check_guards(env, before, after)
     if found is None:
         return None
@@ -923,18 +923,23 @@ def guard_error(env: Env, before: EnvState, after: EnvState) -> Exception | None
 def reseed(state: EnvState, mask: np.ndarray, key: jax.Array) -> EnvState:
     """The worlds in ``mask`` given the PRNG streams ``reset(key)`` would give them
     (host side: for doors that reseed chosen worlds)."""
-    if _groups(state):
-        return _groups(state).reseed(state, mask, key)
-    fresh = core.init_keys(key, mask.shape[0])
-    rng = np.where(mask[:, None], np.asarray(fresh), np.asarray(state.runner.rng))
+    if groups := _groups(state):
+        return groups.reseed(state, mask, key)
+    return with_streams(state, mask, np.asarray(core.init_keys(key, mask.shape[0])))
+
+
+def with_streams(state: EnvState, mask: np.ndarray, fresh: np.ndarray) -> EnvState:
+    """``state`` whose worlds in ``mask`` continue from the raw keys ``fresh``
+    (``(num_envs, 2)``; host side)."""
+    rng = np.where(mask[:, None], fresh, np.asarray(state.runner.rng))
     rng = jax.device_put(rng, state.runner.rng.sharding)  # placed as before: no recompile
     return state.replace(runner=state.runner.replace(rng=rng))
 
 
 def with_episode_length(state: EnvState, lengths: np.ndarray) -> EnvState:
     """``state`` with each world's running episode length set (host side)."""
-    if _groups(state):
-        return _groups(state).with_episode_length(state, lengths)
+    if groups := _groups(state):
+        return groups.with_episode_length(state, lengths)
     current = state.runner.episode_length
     new = jax.device_put(np.asarray(lengths, np.int32), current.sharding)
     return state.replace(runner=state.runner.replace(episode_length=new))
@@ -943,8 +948,8 @@ def with_episode_length(state: EnvState, lengths: np.ndarray) -> EnvState:
 def world_scene(env: Env, state: EnvState, world: int) -> tuple[Any, Any, Any, int]:
     """``(host MjModel, device mjx.Model, batched data, index in that data)`` of
     ``world``: what drawing it needs."""
-    if _groups(env):
-        return _groups(env).world_scene(env, state, world)
+    if groups := _groups(env):
+        return groups.world_scene(env, state, world)
     model = (env.model if state.model is None else state.model).tree
     return env.host.mj_model, model, state.runner.data, world
 
@@ -983,7 +988,7 @@ def save(path: str | os.PathLike, env: Env, state: EnvState) -> None:
     :mod:`mjxrunner.checkpoint`); :func:`load` continues the run bit for bit."""
     from mjxrunner import checkpoint
 
-    if _groups(env):
+    if _groups(env) is not None:
         checkpoint.save_env_groups(path, env, state)
         return
     checkpoint.save_env(path, env, state)

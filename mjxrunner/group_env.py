@@ -322,14 +322,13 @@ def reset_worlds(genv: GroupEnv, state: GroupState, mask: jax.Array) -> GroupSta
 
 def reseed(state: GroupState, mask: np.ndarray, key: jax.Array) -> GroupState:
     """The worlds in ``mask`` given the streams that ``reset(key)`` would give them."""
-    fresh = np.asarray(core.init_keys(key, mask.shape[0]))
+    fresh = np.asarray(core.init_keys(key, mask.shape[0]))  # global: as reset(key) draws
     index = WorldIndex.of([s.num_envs for s in state.groups])
-    groups = []
-    for g, s in enumerate(state.groups):
-        rng = s.runner.rng
-        picked = np.where(mask[index.slice(g), None], fresh[index.slice(g)], np.asarray(rng))
-        groups.append(s.replace(runner=s.runner.replace(rng=jax.device_put(picked, rng.sharding))))
-    return state.replace(groups=tuple(groups))
+    groups = tuple(
+        env_.with_streams(s, mask[index.slice(g)], fresh[index.slice(g)])
+        for g, s in enumerate(state.groups)
+    )
+    return state.replace(groups=groups)
 
 
 def with_episode_length(state: GroupState, lengths: np.ndarray) -> GroupState:

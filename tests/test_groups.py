@@ -365,6 +365,8 @@ def test_env_over_groups_checkpoint_continues_bit_for_bit(envs, tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     with pytest.raises(ValueError, match=r"load it with mjxrunner\.env\.load"):
         GroupRunner.load(tmp_path / "env.npz")
+    with pytest.raises(ValueError, match=r"holds groups of an env, not a runner"):
+        MultiEnvRunner.load(tmp_path / "env.npz")
 
 
 # --- Gymnasium -------------------------------------------------------------------------
