@@ -82,7 +82,7 @@ def group_spec(
     return spec[0], checks.count(spec[1], f"num_envs of group {g}"), options
 
 
-class GroupRunner:
+class GroupRunner(layout.Layout):  # layouts over global ids
     """Worlds of several scenes behind one world index; see the module docstring.
 
     Args:
@@ -137,7 +137,6 @@ class GroupRunner:
     device = property(lambda self: self._members[0].device)
     mesh = property(lambda self: self._members[0].mesh)
     mj_models = property(lambda self: tuple(m.mj_model for m in self._members))
-    layout = property(lambda self: self._layout, doc="``linear``, ``grid`` or ``custom``.")
 
     def group_of(self, env_ids: Any) -> Any:
         """The group of a global world id (an int), or of each of several (an array)."""
@@ -431,22 +430,7 @@ class GroupRunner:
         new._origins, new._layout = origins, layout_name
         return new
 
-    # --- layout and rendering -------------------------------------------------------------------
-
-    env_origins = property(lambda self: self._origins.copy(), doc="``(num_envs, 3)`` origins.")
-
-    def env_origin(self, i: int) -> np.ndarray:
-        """``(3,)`` display origin of global world ``i``."""
-        return self._origins[checks.env_id(i, self.num_envs)].copy()
-
-    def set_env_origins(self, origins: Any) -> None:
-        self._origins, self._layout = layout.custom(self.num_envs, origins), "custom"
-
-    def set_linear_layout(self, spacing: float) -> None:
-        self._origins, self._layout = layout.linear(self.num_envs, spacing), "linear"
-
-    def set_grid_layout(self, spacing: float, columns: int = 0) -> None:
-        self._origins, self._layout = layout.grid(self.num_envs, spacing, columns), "grid"
+    # --- rendering -------------------------------------------------------------------
 
     def render(
         self, world: int = 0, camera: Any = None, width: int = 320, height: int = 240

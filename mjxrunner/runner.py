@@ -67,7 +67,7 @@ _set_flags = jax.jit(lambda s, te, tr: s.replace(terminated=te, truncated=tr), d
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 
-class MultiEnvRunner:
+class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
     """``num_envs`` MuJoCo worlds stepped together on MJX.
 
     Args:
@@ -174,7 +174,6 @@ class MultiEnvRunner:
     num_envs = property(lambda self: self._eng.num_envs)
     impl = property(lambda self: self._eng.config.backend.impl)
     device = property(lambda self: self._eng.config.backend.device)
-    layout = property(lambda self: self._layout, doc="``linear``, ``grid`` or ``custom``.")
     capacities = property(lambda self: self._eng.config.backend.caps, doc="Warp sizes.")
     overflow_policy = property(lambda self: self._policies["overflow"])
     instability_policy = property(lambda self: self._policies["instability"])
@@ -192,7 +191,6 @@ class MultiEnvRunner:
         lambda self: host_copy(self.state.overflow),
         doc="``(num_envs,)`` Warp capacity-overflow bits of the last step (0 for jax).",
     )
-    env_origins = property(lambda self: self._origins.copy(), doc="``(num_envs, 3)`` origins.")
 
     @property
     def backend_info(self) -> dict[str, Any]:
@@ -572,24 +570,6 @@ class MultiEnvRunner:
         eng = self._eng
         state = eng.state.replace(user=tree)
         self._set_engine(eng.replace(state=state, default=eng.default.replace(user=_copy(tree))))
-
-    # --- layout (display metadata; never moves bodies in the physics) ---------------
-
-    def env_origin(self, i: int) -> np.ndarray:
-        """``(3,)`` display origin of world ``i``."""
-        return self._origins[checks.env_id(i, self.num_envs)].copy()
-
-    def set_env_origins(self, origins: Any) -> None:
-        """Sets custom ``(num_envs, 3)`` display origins."""
-        self._origins, self._layout = layout.custom(self.num_envs, origins), "custom"
-
-    def set_linear_layout(self, spacing: float) -> None:
-        """Places world ``i`` at ``(i * spacing, 0, 0)``."""
-        self._origins, self._layout = layout.linear(self.num_envs, spacing), "linear"
-
-    def set_grid_layout(self, spacing: float, columns: int = 0) -> None:
-        """Places worlds row by row on a grid, ``columns`` per row (0: near square)."""
-        self._origins, self._layout = layout.grid(self.num_envs, spacing, columns), "grid"
 
     # --- rendering (mjxrunner.render; copies one world to the host, never the batch) ---
 
