@@ -130,7 +130,12 @@ class BraxEnv(_BraxEnv):
         return env.with_randomization(self._randomization) if self._randomization else env
 
     @property
-    def observation_size(self) -> int:
+    def observation_size(self) -> int | dict[str, tuple[int, ...]]:
+        """The vector size, or for an observation of terms the shape of each (as
+        Brax's networks take it with ``policy_obs_key``/``value_obs_key``)."""
+        spec = self._template.observation_spec
+        if isinstance(spec, dict):
+            return {k: tuple(s.shape) for k, s in spec.items()}
         return self._template.observation_size
 
     @property

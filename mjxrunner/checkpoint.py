@@ -735,10 +735,9 @@ def save_env_groups(path: str | os.PathLike, genv: Any, state: Any) -> Path:
         for e, s in zip(genv.envs, state.groups, strict=True)
     ]
     arrays = _packed(writers)
-    joined = {f"joined/{k}": host_copy(getattr(state, k)) for k in _JOINED}
+    parts = {"joined": {k: getattr(state, k) for k in _JOINED}}
     if state.obs_norm is not None:
-        norm = state.obs_norm
-        joined |= {f"obs_norm/{k}": host_copy(getattr(norm, k)) for k in norm.__dataclass_fields__}
+        parts["obs_norm"] = state.obs_norm
     spec = genv.normalize
     fields = {
         "of": "env",
@@ -747,11 +746,11 @@ def save_env_groups(path: str | os.PathLike, genv: Any, state: Any) -> Path:
         "layout": None,
         "obs_normalization": None if spec is None else {"clip": spec.clip, "eps": spec.eps},
     }
-    return write(path, "groups", {}, genv.host.mj_model, fields, arrays={**arrays, **joined})
+    return write(path, "groups", parts, genv.host.mj_model, fields, arrays=arrays)
 
 
 def _load_env_groups(header: dict, arrays: dict, where: str, **options: Any) -> tuple[Any, Any]:
-    from mjxrunner import group_env, normalize
+    from mjxrunner import group_env
     from mjxrunner.groups import WorldIndex
 
     def load(file: Path, g: int, n: int) -> Any:
@@ -761,12 +760,14 @@ def _load_env_groups(header: dict, arrays: dict, where: str, **options: Any) -> 
     envs, states = zip(*members, strict=True)
     genv = group_env.GroupEnv(tuple(envs), WorldIndex.of([e.num_envs for e in envs]))
     norm = header["obs_normalization"]
-    obs_norm = None
     if norm is not None:
         genv = genv.with_obs_normalization(True, **norm)
-        fields = normalize.ObsNorm.__dataclass_fields__
-        obs_norm = normalize.ObsNorm(**{k: arrays[f"obs_norm/{k}"] for k in fields})
-    joined = {k: arrays[f"joined/{k}"] for k in _JOINED}
+    n = genv.num_envs
+    template = jax.eval_shape(group_env.reset, genv, jax.random.key(0))
+    joined = fill("joined", {k: getattr(template, k) for k in _JOINED}, arrays, n, where, "env")
+    obs_norm = None
+    if norm is not None:
+        obs_norm = fill("obs_norm", template.obs_norm, arrays, n, where, "env")
     state = group_env.GroupState(groups=tuple(states), obs_norm=obs_norm, **joined)
     return genv, engine.put(state.replace(groups=()), genv.config).replace(groups=tuple(states))
 

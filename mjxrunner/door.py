@@ -37,15 +37,24 @@ FIELDS = {
 }
 
 
-def _leaf_index(template: Any) -> dict[str, int]:
-    """Index of each of :data:`FIELDS` among the leaves of a state (an ``EnvState``,
-    or a state that says where they are in ``DOOR_FIELDS``, e.g. a ``GroupState``)."""
+def _leaf_index(template: Any) -> dict[str, tuple[int, int, Any]]:
+    """Where each of :data:`FIELDS` lies among the leaves of a state (an
+    ``EnvState``, or a state that says where they are in ``DOOR_FIELDS``, e.g. a
+    ``GroupState``): ``(first leaf, end, treedef)``; a field of several leaves (an
+    observation of terms) is a run of consecutive leaves."""
     paths = [
         tuple(getattr(k, "name", getattr(k, "key", None)) for k in path)
         for path, _ in jax.tree_util.tree_flatten_with_path(template)[0]
     ]
     fields = getattr(type(template), "DOOR_FIELDS", FIELDS)
-    return {name: paths.index(path) for name, path in fields.items()}
+    index = {}
+    for name, path in fields.items():
+        found = [i for i, p in enumerate(paths) if p[: len(path)] == path]
+        subtree = template
+        for part in path:
+            subtree = getattr(subtree, part)
+        index[name] = (found[0], found[-1] + 1, jax.tree.structure(subtree))
+    return index
 
 
 def _kinds() -> tuple[tuple[type, ...], tuple[type, ...]]:
@@ -74,7 +83,7 @@ class Door:
         self._leaves: list[jax.Array] | None = None
         self._state_def: Any = None
         self._state: env_.EnvState | None = None
-        self._index: dict[str, int] = {}
+        self._index: dict[str, tuple[int, int, Any]] = {}
 
     @property
     def env(self) -> env_.Env:
@@ -116,11 +125,15 @@ class Door:
             self._state_def = state_def
         self._leaves, self._state = leaves, state
 
-    def get(self, name: str) -> jax.Array:
-        """A field of the current state by name (one of :data:`FIELDS`), no rebuild."""
+    def get(self, name: str) -> Any:
+        """A field of the current state by name (one of :data:`FIELDS`), no rebuild:
+        an array, or a dict of them for an observation of terms."""
         if self._leaves is None:
             raise RuntimeError("call reset() before reading the state")
-        return self._leaves[self._index[name]]
+        start, end, treedef = self._index[name]
+        if treedef.num_leaves == 1 and treedef.num_nodes == 1:
+            return self._leaves[start]
+        return treedef.unflatten(self._leaves[start:end])
 
     def step(self, action: jax.Array) -> Any:
         """Steps every world with a ``(num_envs, nu)`` array; returns ``pack(state)``

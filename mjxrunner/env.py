@@ -71,7 +71,17 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import backend, checks, core, engine, health, normalize, params, sharding
+from mjxrunner import (
+    backend,
+    checks,
+    core,
+    engine,
+    health,
+    normalize,
+    observations,
+    params,
+    sharding,
+)
 from mjxrunner import guards as guards_
 from mjxrunner import tasks as tasks_
 from mjxrunner.models import HostModel, action_bounds, keyframe_id, load_any, start_data
@@ -79,6 +89,7 @@ from mjxrunner.sharding import on_worlds
 from mjxrunner.state import RunnerState
 from mjxrunner.tasks.base import Task
 from mjxrunner.worlds import (
+    BATCHED,
     FlatModel,
     put_worlds,
     pytree_dataclass,
@@ -127,10 +138,13 @@ class EnvState:
       runner: the :class:`RunnerState`: batched data, controls (the clipped last
         action), ``episode_length``, ``terminated``, ``truncated``, per-world raw
         ``uint32`` keys ``(num_envs, 2)``, guard flags and health counts.
-      obs: ``(num_envs, obs_dim)`` observation to act on next.
+      obs: ``(num_envs, obs_dim)`` observation to act on next; for a task whose
+        observation is a dict of terms, a dict of ``(num_envs, *term)`` arrays.
+        With an :class:`~mjxrunner.observations.ObsConfig`, noisy, and a term with a
+        history is its history (see :mod:`mjxrunner.observations`).
       reward: ``(num_envs,)`` reward of the last step.
-      final_obs: ``(num_envs, obs_dim)`` observation at the end of the last step,
-        before any restart. Equal to ``obs`` except where ``final_mask``.
+      final_obs: the observation at the end of the last step, before any restart,
+        shaped like ``obs``. Equal to ``obs`` except where ``final_mask``.
       final_mask: ``(num_envs,)`` bool, worlds restarted in the same step
         (``"same_step"`` mode only); their terminal observation is ``final_obs``.
       stats: per-world :class:`EpisodeStats`.
@@ -139,16 +153,23 @@ class EnvState:
       obs_norm: the running observation statistics when the env normalizes
         observations (:mod:`mjxrunner.normalize`), else None. ``obs`` and
         ``final_obs`` are then normalized.
+      info: the task's per-world state (``Task.initial_info``), each leaf with a
+        leading world axis; None for a task without one.
+      history: ``{term: (num_envs, k, *term)}`` the last ``k`` noisy values of each
+        term with a history (``""`` names an array observation), oldest first,
+        before normalization; None without history.
     """
 
     runner: RunnerState
-    obs: jax.Array = world_field(1)
+    obs: Any = world_field(BATCHED)
     reward: jax.Array = world_field(0)
-    final_obs: jax.Array = world_field(1)
+    final_obs: Any = world_field(BATCHED)
     final_mask: jax.Array = world_field(0)
     stats: EpisodeStats = None
     model: FlatModel | None = None
     obs_norm: normalize.ObsNorm | None = None
+    info: Any = world_field(BATCHED, default=None)
+    history: Any = world_field(BATCHED, default=None)
 
     @property
     def terminated(self) -> jax.Array:
@@ -178,7 +199,7 @@ class EnvState:
 
     @property
     def num_envs(self) -> int:
-        return self.obs.shape[0]
+        return self.reward.shape[0]
 
 
 @pytree_dataclass
@@ -207,6 +228,8 @@ class Env:
       restart_slots: worlds drawn together in one pass of a restart (static).
       normalize: None, or how observations are normalized (static; see
         :meth:`with_obs_normalization`).
+      pipeline: the task's observation noise and history, checked against its
+        observation (static; :mod:`mjxrunner.observations`).
     """
 
     task: Task = static_field()
@@ -221,6 +244,7 @@ class Env:
     ref: params.Reference | None = None
     restart_slots: int = static_field(default=1)
     normalize: normalize.Spec | None = static_field(default=None)
+    pipeline: observations.Pipeline = static_field(default=observations.NONE)
 
     @property
     def num_envs(self) -> int:
@@ -247,9 +271,23 @@ class Env:
         return self.low.shape[0]
 
     @property
+    def observation_spec(self) -> Any:
+        """One world's observation as the policy receives it: a
+        ``jax.ShapeDtypeStruct``, or a dict of them for a task with observation terms
+        (histories included)."""
+        return observations.view_spec(self.pipeline, _raw_spec(self.task, self.model, self.start))
+
+    @property
     def observation_size(self) -> int:
-        shape = jax.eval_shape(self.task.observation, self.model.tree, self.start).shape
-        return shape[0]
+        """The length of a vector observation (see :attr:`observation_spec` for one
+        made of terms)."""
+        spec = self.observation_spec
+        if not hasattr(spec, "shape") or len(spec.shape) != 1:
+            raise TypeError(
+                f"task {self.task.name!r} observes {spec}, not one vector: read "
+                "observation_spec for its terms"
+            )
+        return spec.shape[0]
 
     @property
     def pool_size(self) -> int:
@@ -339,6 +377,8 @@ class Env:
         """
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+        if enabled:
+            normalize.init(self.observation_spec, backend.float_dtype())  # something to scale
         return self.replace(normalize=normalize.Spec.of(clip, eps) if enabled else None)
 
     def shard(self, devices: Any) -> Env:
@@ -474,16 +514,22 @@ def make(
     low, high = action_bounds(m)
     dtype = backend.float_dtype()
     put = lambda x: jax.device_put(x, b.device)  # noqa: E731
+    device_model = FlatModel.of(b.put_model(m))
+    start = b.put_data(m, start_data(m, task.keyframe))
+    pipeline = observations.check(
+        task.obs_config, _raw_spec(task, device_model, start), f"task {task.name!r}"
+    )
     env = Env(
         task=task,
         config=config,
         host=HostModel.of(m),
         mode=put(np.int32(mode)),
-        model=FlatModel.of(b.put_model(m)),
-        start=b.put_data(m, start_data(m, task.keyframe)),
+        model=device_model,
+        start=start,
         low=put(low.astype(dtype)),
         high=put(high.astype(dtype)),
         restart_slots=restart_slots,
+        pipeline=pipeline,
     )
     if normalize_obs or obs_clip is not None:
         env = env.with_obs_normalization(normalize_obs, clip=obs_clip)
@@ -510,14 +556,85 @@ def _draw_starts(model: Any, start: mjx.Data, raw_keys: jax.Array, task: Task) -
     )
 
 
-def _pick(mask: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
-    """``a`` for the worlds in ``mask``, ``b`` elsewhere; a scalar choice per world."""
-    return jax.vmap(jnp.where)(mask, a, b)
+def _pick(mask: jax.Array, a: Any, b: Any) -> Any:
+    """``a`` for the worlds in ``mask``, ``b`` elsewhere (pytrees whose every leaf has
+    a leading world axis); a scalar choice per world."""
+    return jax.tree.map(jax.vmap(jnp.where, in_axes=(0, 0, 0)), _per_leaf(mask, a), a, b)
 
 
-def _observe(env: Env, model: FlatModel, data: mjx.Data) -> jax.Array:
+def _per_leaf(mask: jax.Array, tree: Any) -> Any:
+    return jax.tree.map(lambda _: mask, tree)
+
+
+def _with_info(task: Task, info: Any) -> tuple:
+    """The extra argument of a task function: its info, if the task keeps one."""
+    return (info,) if task.has_info else ()
+
+
+def _observe(env: Env, model: FlatModel, data: mjx.Data, info: Any = None) -> Any:
+    """The task's observation of every world (raw: before noise and history)."""
     model = model.tree
-    return jax.vmap(env.task.observation, in_axes=(world_axes(model), 0))(model, data)
+    extra = _with_info(env.task, info)
+    axes = (world_axes(model), 0, *(0 for _ in extra))
+    return jax.vmap(env.task.observation, in_axes=axes)(model, data, *extra)
+
+
+def _one_world_observation(task: Task, model: mjx.Model, start: mjx.Data) -> Any:
+    if task.has_info:
+        info = task.initial_info(model, start, jax.random.key(0))
+        return task.observation(model, start, info)
+    return task.observation(model, start)
+
+
+def _raw_spec(task: Task, model: FlatModel, start: mjx.Data) -> Any:
+    """One world's raw observation as ``ShapeDtypeStruct`` (s)."""
+    return jax.eval_shape(lambda m, d: _one_world_observation(task, m, d), model.tree, start)
+
+
+def _derived_keys(keys: jax.Array, stream: int) -> jax.Array:
+    """Raw keys ``(n, 2)`` of sub-stream ``stream`` of each world's raw key."""
+    fold = lambda k: jax.random.key_data(  # noqa: E731
+        jax.random.fold_in(jax.random.wrap_key_data(k), stream)
+    )
+    return jax.vmap(fold)(keys)
+
+
+# Sub-streams of a world's draw key (a restart's or a step's), by use.
+_INFO_STREAM, _NOISE_STREAM = 1, 2
+
+
+@pytree_dataclass
+class _Seen:
+    """What the env keeps of observing worlds (each leaf with a world axis).
+
+    Attributes:
+      info: the task's per-world state (None without one).
+      history: the terms' histories (None without history).
+      obs: what the policy receives, before normalization.
+    """
+
+    info: Any = world_field(BATCHED)
+    history: Any = world_field(BATCHED)
+    obs: Any = world_field(BATCHED)
+
+
+def _first_seen(env: Env, model: FlatModel, data: mjx.Data, draw: jax.Array) -> _Seen:
+    """Info, history and observation of fresh starts, from their restart's raw draw
+    keys ``(n, 2)``: the info and the noise draw from sub-streams of them."""
+    info = None
+    if env.task.has_info:
+        tree = model.tree
+        keys = jax.vmap(jax.random.wrap_key_data)(_derived_keys(draw, _INFO_STREAM))
+        info = jax.vmap(env.task.initial_info, in_axes=(world_axes(tree), 0, 0))(tree, data, keys)
+    obs = _observe(env, model, data, info)
+    obs = observations.noisy(env.pipeline, obs, _derived_keys(draw, _NOISE_STREAM))
+    history = observations.start_history(env.pipeline, obs)
+    return _Seen(info, history, observations.view(env.pipeline, history, obs))
+
+
+def _draws_every_step(env: Env) -> bool:
+    """Whether a step draws (noise, info updates): then every world's stream splits."""
+    return env.pipeline.random or env.task.update_info is not None
 
 
 def _draw_masked(
@@ -579,17 +696,18 @@ def _restart(
     pool: Any,
     model: FlatModel,
     runner: RunnerState,
-    obs: jax.Array,
+    seen: _Seen,
     mask: jax.Array,
     slots: int | None = None,
-) -> tuple[FlatModel, RunnerState, jax.Array]:
+) -> tuple[FlatModel, RunnerState, _Seen]:
     """Restarts the worlds in ``mask`` through the engine's reset: parameters back
     from the env's model (and redrawn if randomized), fresh data, cleared counters,
-    advanced keys. Skipped (``lax.cond``) when ``mask`` selects no world. Starts
-    are drawn ``slots`` worlds at a time (None: the env's ``restart_slots``)."""
+    advanced keys, then a fresh info, history and observation. Skipped
+    (``lax.cond``) when ``mask`` selects no world. Starts are drawn ``slots``
+    worlds at a time (None: the env's ``restart_slots``)."""
     slots = env.restart_slots if slots is None else slots
 
-    def restart(model, runner, obs):
+    def restart(model, runner, seen):
         rng, draw = core.split_streams(runner.rng)
         runner = runner.replace(rng=_pick(mask, rng, runner.rng))  # restarted ones advance
 
@@ -599,13 +717,13 @@ def _restart(
         model, runner = engine.reset_local(
             env.config, model, env.model, env.ref, runner, source, mask, jnp.asarray(False)
         )
-        return model, runner, _pick(mask, _observe(env, model, runner.data), obs)
+        return model, runner, _pick(mask, _first_seen(env, model, runner.data, draw), seen)
 
     # Both branches must return the same shapes: give the redrawn fields their world
     # axis first (a no-op once they have it).
     model = FlatModel.of(params.promote(model.tree, env.config.randomization, mask.shape[0]))
-    keep = lambda m, r, o: (m, r, o)  # noqa: E731
-    return jax.lax.cond(jnp.any(mask), restart, keep, model, runner, obs)
+    keep = lambda m, r, s: (m, r, s)  # noqa: E731
+    return jax.lax.cond(jnp.any(mask), restart, keep, model, runner, seen)
 
 
 # --- the functional API --------------------------------------------------------------
@@ -694,7 +812,7 @@ def reset_from_keys(
     if env.normalize is None:
         obs_norm = None
     elif obs_norm is None:
-        obs_norm = normalize.init(env.observation_size, backend.float_dtype())
+        obs_norm = normalize.init(env.observation_spec, backend.float_dtype())
     elif not isinstance(obs_norm, normalize.ObsNorm):
         raise TypeError(f"obs_norm must be a normalize.ObsNorm or None, got {type(obs_norm)}")
     return _sharded(_reset_local, env, keys, obs_norm, per_world=(0,))
@@ -719,11 +837,12 @@ def _reset_local(
     n = keys.shape[0]
     runner = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
     runner = runner.replace(rng=keys)
-    shape = jax.eval_shape(_observe, env, env.model, runner.data)
-    obs = jnp.zeros(shape.shape, shape.dtype)  # a placeholder: every world restarts
+    shapes = jax.eval_shape(_first_seen, env, env.model, runner.data, keys)
+    # A placeholder: every world restarts.
+    seen = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
     everyone = jnp.ones((n,), bool)
-    model, runner, obs = _restart(env, pool, env.model, runner, obs, everyone, slots=n)
-    obs_norm, obs = _normalized(env, obs_norm, obs)
+    model, runner, seen = _restart(env, pool, env.model, runner, seen, everyone, slots=n)
+    obs_norm, obs = _normalized(env, obs_norm, seen.obs)
     dtype = runner.data.qpos.dtype
     return EnvState(
         runner=runner,
@@ -734,6 +853,8 @@ def _reset_local(
         stats=_zeros_stats(n, dtype),
         model=_carried(env, model),
         obs_norm=obs_norm,
+        info=seen.info,
+        history=seen.history,
     )
 
 
@@ -789,15 +910,35 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         truncated=jnp.zeros_like(prev.truncated),
         tripped={k: v & ~fresh for k, v in prev.tripped.items()},
     )
+    draw = None
+    if _draws_every_step(env):  # noise or info updates: every world's stream advances
+        cleared, draw = engine.split_rng(cleared)
     model, runner = engine.step_local(
         env.config, model, env.model, env.ref, cleared, None, task.substeps
     )
     tree = model.tree
     axes = world_axes(tree)
-    obs = _observe(env, model, runner.data)
-    reward = jax.vmap(task.reward, in_axes=(axes, 0, 0, 0))(tree, prev.data, action, runner.data)
+    # Reward and termination see the info the step was taken under; the next
+    # observation sees it updated.
+    info = state.info
+    extra = _with_info(task, info)
+    reward = jax.vmap(task.reward, in_axes=(axes, 0, 0, 0, *(0 for _ in extra)))(
+        tree, prev.data, action, runner.data, *extra
+    )
     reward = reward.astype(dtype)
-    terminated = jax.vmap(task.terminated, in_axes=(axes, 0))(tree, runner.data).astype(bool)
+    terminated = jax.vmap(task.terminated, in_axes=(axes, 0, *(0 for _ in extra)))(
+        tree, runner.data, *extra
+    ).astype(bool)
+    if task.update_info is not None:
+        keys = jax.vmap(jax.random.wrap_key_data)(_derived_keys(draw, _INFO_STREAM))
+        info = jax.vmap(task.update_info, in_axes=(axes, 0, 0, 0, 0, 0))(
+            tree, prev.data, action, runner.data, info, keys
+        )
+    obs = _observe(env, model, runner.data, info)
+    if env.pipeline.random:
+        obs = observations.noisy(env.pipeline, obs, _derived_keys(draw, _NOISE_STREAM))
+    history = observations.push(env.pipeline, state.history, obs)
+    obs = observations.view(env.pipeline, history, obs)
     truncated = (runner.episode_length >= task.max_episode_steps) | runner.truncated
     # A world whose last step ended its episode is stale now (restarted below in
     # "next_step", left alone in "disabled"); in "same_step" it was restarted already.
@@ -823,7 +964,8 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     # One compiled step serves every mode: the mode only chooses which worlds restart.
     restart = jnp.where(next_step, prev_done, same_step & done)
     runner = runner.replace(terminated=terminated, truncated=truncated)
-    model, restarted, new_obs = _restart(env, pool, model, runner, obs, restart)
+    model, restarted, seen = _restart(env, pool, model, runner, _Seen(info, history, obs), restart)
+    new_obs = seen.obs
     # "same_step" reports the episode that just ended; "next_step" clears the flags.
     runner = restarted.replace(
         terminated=jnp.where(same_step, terminated, restarted.terminated),
@@ -847,6 +989,8 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         stats=stats.replace(episode_return=jnp.where(restart, 0.0, episode_return).astype(dtype)),
         model=_carried(env, model),
         obs_norm=obs_norm,
+        info=seen.info,
+        history=seen.history,
     )
 
 
@@ -876,13 +1020,17 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
 
 def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -> EnvState:
     model = env.model if state.model is None else state.model
-    model, runner, fresh = _restart(env, pool, model, state.runner, state.obs, mask)
+    seen = _Seen(state.info, state.history, state.obs)
+    model, runner, seen = _restart(env, pool, model, state.runner, seen, mask)
+    fresh = seen.obs
     if env.normalize is not None:  # scaled, not counted: steps count each world once
         fresh = normalize.apply(env.normalize, state.obs_norm, fresh)
     obs = _pick(mask, fresh, state.obs)
     return state.replace(
         runner=runner,
         obs=obs,
+        info=seen.info,
+        history=seen.history,
         reward=jnp.where(mask, 0.0, state.reward).astype(state.reward.dtype),
         final_obs=_pick(mask, obs, state.final_obs),
         final_mask=state.final_mask & ~mask,

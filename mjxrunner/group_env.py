@@ -35,7 +35,7 @@ import numpy as np
 from mjxrunner import checks, core, normalize, params
 from mjxrunner import env as env_
 from mjxrunner.groups import WorldIndex, join_reports, route_values
-from mjxrunner.worlds import pytree_dataclass, static_field, world_field
+from mjxrunner.worlds import BATCHED, pytree_dataclass, static_field, world_field
 
 
 @pytree_dataclass
@@ -61,6 +61,7 @@ class GroupEnv:
     autoreset = property(lambda self: self.envs[0].autoreset)
     action_size = property(lambda self: self.envs[0].action_size)
     observation_size = property(lambda self: self.envs[0].observation_size)
+    observation_spec = property(lambda self: self.envs[0].observation_spec)
     low = property(lambda self: self.envs[0].low, doc="``(nu,)`` bounds, equal in every group.")
     high = property(lambda self: self.envs[0].high)
     host = property(lambda self: self.envs[0].host, doc="Group 0's host model (its timestep).")
@@ -144,9 +145,10 @@ class GroupState:
     Attributes:
       groups: one :class:`~mjxrunner.env.EnvState` per group (observations as the
         group's env returns them, before any normalization).
-      obs: ``(num_envs, obs_dim)`` what the policy acts on next, over global ids.
+      obs: ``(num_envs, obs_dim)`` what the policy acts on next, over global ids
+        (a dict of ``(num_envs, *term)`` for a task with observation terms).
       reward: ``(num_envs,)`` reward of the last step.
-      final_obs: ``(num_envs, obs_dim)`` observation at the end of the last step.
+      final_obs: the observation at the end of the last step, shaped like ``obs``.
       final_mask: ``(num_envs,)`` bool, worlds restarted in the same step.
       terminated: ``(num_envs,)`` bool.
       truncated: ``(num_envs,)`` bool.
@@ -155,9 +157,9 @@ class GroupState:
     """
 
     groups: tuple[env_.EnvState, ...]
-    obs: jax.Array = world_field(1)
+    obs: Any = world_field(BATCHED)
     reward: jax.Array = world_field(0)
-    final_obs: jax.Array = world_field(1)
+    final_obs: Any = world_field(BATCHED)
     final_mask: jax.Array = world_field(0)
     terminated: jax.Array = world_field(0)
     truncated: jax.Array = world_field(0)
@@ -193,7 +195,7 @@ class GroupState:
 
     @property
     def num_envs(self) -> int:
-        return self.obs.shape[0]
+        return self.reward.shape[0]
 
 
 def make_groups(task: Any, groups: Sequence[Any], **options: Any) -> GroupEnv:
@@ -229,7 +231,7 @@ def make_groups(task: Any, groups: Sequence[Any], **options: Any) -> GroupEnv:
     envs = tuple(env_.make(task, n, model=model, **{**options, **own}) for model, n, own in specs)
     first = envs[0]
     for g, e in enumerate(envs[1:], start=1):
-        for what in ("observation_size", "action_size"):
+        for what in ("observation_spec", "action_size"):
             if getattr(e, what) != getattr(first, what):
                 raise ValueError(
                     f"groups 0 and {g} differ in {what} ({getattr(first, what)} vs "
@@ -250,7 +252,9 @@ def make_groups(task: Any, groups: Sequence[Any], **options: Any) -> GroupEnv:
 def _joined(genv: GroupEnv, states: Sequence[env_.EnvState], norm: Any, count: bool) -> GroupState:
     """The group state of per-group states; ``count``: the returned observations
     update the statistics (a step or a full reset), else they are only scaled."""
-    join = lambda name: jnp.concatenate([getattr(s, name) for s in states])  # noqa: E731
+    join = lambda name: jax.tree.map(  # noqa: E731
+        lambda *x: jnp.concatenate(x), *[getattr(s, name) for s in states]
+    )
     obs, final_obs = join("obs"), join("final_obs")
     if genv.normalize is not None:
         if count:
@@ -280,7 +284,7 @@ def reset_from_keys(genv: GroupEnv, keys: jax.Array, obs_norm: Any = None) -> Gr
     if genv.normalize is None:
         obs_norm = None
     elif obs_norm is None:
-        obs_norm = normalize.init(genv.observation_size, genv.low.dtype)
+        obs_norm = normalize.init(genv.observation_spec, genv.low.dtype)
     states = [
         env_.reset_from_keys(e, k) for e, k in zip(genv.envs, _split(genv, keys), strict=True)
     ]
@@ -316,7 +320,7 @@ def reset_worlds(genv: GroupEnv, state: GroupState, mask: jax.Array) -> GroupSta
         for e, s, m in zip(genv.envs, state.groups, _split(genv, mask), strict=True)
     ]
     new = _joined(genv, states, state.obs_norm, count=False)
-    keep = lambda a, b: jnp.where(mask[:, None], a, b)  # noqa: E731 - scaled alike
+    keep = lambda a, b: env_._pick(mask, a, b)  # noqa: E731 - scaled alike
     return new.replace(obs=keep(new.obs, state.obs), final_obs=keep(new.final_obs, state.final_obs))
 
 

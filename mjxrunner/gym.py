@@ -70,6 +70,42 @@ class WorldFrames(Sequence):
 _STEP_FIELDS = ("obs", "reward", "terminated", "truncated", "final_obs", "final_mask")
 
 
+def term_space(spec: Any) -> gymnasium.spaces.Box:
+    """The space of one observation term of one world: float terms unbounded
+    float32, integer terms (images) bounded by their dtype."""
+    dtype = np.dtype(spec.dtype)
+    if np.issubdtype(dtype, np.floating):
+        return gymnasium.spaces.Box(-np.inf, np.inf, tuple(spec.shape), np.float32)
+    if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        info = np.iinfo(dtype) if dtype != np.bool_ else np.iinfo(np.uint8)
+        low, high = (0, 1) if dtype == np.bool_ else (info.min, info.max)
+        return gymnasium.spaces.Box(low, high, tuple(spec.shape), dtype)
+    raise TypeError(f"no Gymnasium space for an observation term of dtype {dtype}")
+
+
+def observation_space(spec: Any) -> gymnasium.spaces.Space:
+    """One world's observation space: a ``Box``, or a ``Dict`` of them for terms."""
+    if isinstance(spec, dict):
+        return gymnasium.spaces.Dict({k: term_space(s) for k, s in spec.items()})
+    return term_space(spec)
+
+
+def to_numpy(obs: Any) -> Any:
+    """Host observations as Gymnasium gives them: float terms as float32, others
+    in their own dtype; a dict of them for terms."""
+    if isinstance(obs, dict):
+        return {k: to_numpy(v) for k, v in obs.items()}
+    obs = np.asarray(obs)
+    return obs.astype(np.float32, copy=False) if np.issubdtype(obs.dtype, np.floating) else obs
+
+
+def world_of(obs: Any, i: int) -> Any:
+    """World ``i`` of host observations (each term's row, for terms)."""
+    if isinstance(obs, dict):
+        return {k: v[i] for k, v in obs.items()}
+    return obs[i]
+
+
 def _autoreset_mode(value: Any) -> AutoresetMode:
     """An ``AutoresetMode`` from itself, its value (``"SameStep"``) or our name
     (``"same_step"``)."""
@@ -117,7 +153,9 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
     Per-world parameters and randomization: :meth:`set_param` and
     :meth:`set_randomization`, as on the runner.
 
-    Spaces: ``single_observation_space`` is an unbounded float32 ``Box``;
+    Spaces: ``single_observation_space`` is an unbounded float32 ``Box``, or for a
+    task with observation terms a ``Dict`` of them (integer terms such as uint8
+    images bounded by their dtype);
     ``single_action_space`` is a float32 ``Box`` of the actuators' ``ctrlrange``
     (actions outside it are clipped, as MuJoCo clamps limited controls).
     """
@@ -181,10 +219,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self._renderers: list[tuple[mujoco.MjModel, render.WorldRenderer]] = []
         self._frames: list[np.ndarray] = []
         low, high = (np.asarray(b, np.float32) for b in (self.env.low, self.env.high))
-        obs_dim = self.env.observation_size
-        self.single_observation_space = gymnasium.spaces.Box(
-            -np.inf, np.inf, (obs_dim,), np.float32
-        )
+        self.single_observation_space = observation_space(self.env.observation_spec)
         self.single_action_space = gymnasium.spaces.Box(low, high, low.shape, np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -251,7 +286,8 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             only those worlds (at least one); the others keep their state.
 
         Returns:
-          ``(obs (num_envs, obs_dim) float32, info {})``.
+          ``(obs (num_envs, obs_dim) float32, info {})``; for a task with
+          observation terms, ``obs`` is a dict of ``(num_envs, *term)`` arrays.
         """
         if seed is not None:
             seed = checks.count(seed, "seed", minimum=0)
@@ -290,7 +326,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self._done = np.asarray(done)
         if self.render_mode == "rgb_array_list":
             self._frames = [self.render_tiled()]
-        return np.asarray(obs, np.float32), {}
+        return to_numpy(obs), {}
 
     def step(
         self, actions: Any
@@ -334,8 +370,9 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         if final_mask.any():
             ended = np.asarray(final_mask)
             final = np.full((self.num_envs,), None, dtype=object)
+            final_obs = to_numpy(final_obs)
             for i in np.flatnonzero(ended):
-                final[i] = np.asarray(final_obs[i], np.float32)
+                final[i] = world_of(final_obs, i)
             infos = {
                 "final_obs": final,
                 "_final_obs": ended.copy(),
@@ -345,7 +382,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         if self.render_mode == "rgb_array_list":
             self._frames.append(self.render_tiled())
         return (
-            np.asarray(obs, np.float32),
+            to_numpy(obs),
             np.asarray(reward, np.float64),
             terminated,
             truncated,

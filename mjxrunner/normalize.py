@@ -11,14 +11,21 @@ every device holds the same statistics.
 
 The update combines the batch's moments with the running ones exactly (Chan et al.'s
 parallel variance), so the result does not depend on how samples were batched.
+
+What is normalized: an observation that is one array, or, of an observation made of
+terms (a dict), every floating term with one axis per world (a vector, or a vector
+term's flattened history); images and other terms pass through unchanged.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mjxrunner import checks
 from mjxrunner.worlds import pytree_dataclass, static_field, world_field
@@ -53,8 +60,10 @@ class ObsNorm:
     """Running statistics of the observations of every world.
 
     Attributes:
-      mean: ``(obs_dim,)`` running mean.
-      var: ``(obs_dim,)`` running (population) variance; 1 before the first sample.
+      mean: ``(obs_dim,)`` running mean; for a dict observation, a dict of them,
+        one per normalized term.
+      var: ``(obs_dim,)`` running (population) variance, 1 before the first sample;
+        shaped like ``mean``.
       count: ``()`` float, samples seen.
       frozen: ``()`` bool; True keeps the statistics as they are (evaluation).
     """
@@ -69,28 +78,71 @@ class ObsNorm:
         return self.replace(frozen=jnp.full_like(self.frozen, bool(frozen)))
 
 
-def init(obs_dim: int, dtype) -> ObsNorm:
-    """No samples yet: mean 0, variance 1 (the identity until the first update)."""
+def normalized_terms(spec: Any) -> Any:
+    """Of one world's observation ``spec`` (``ShapeDtypeStruct`` or a dict of them),
+    what is normalized: the spec itself if it is one float vector, else the dict of
+    its float vector terms (None if there is nothing to normalize)."""
+    vector = lambda s: s.ndim == 1 and jnp.issubdtype(s.dtype, jnp.floating)  # noqa: E731
+    if isinstance(spec, Mapping):
+        terms = {k: s for k, s in spec.items() if vector(s)}
+        return terms or None
+    return spec if vector(spec) else None
+
+
+def init(spec: Any, dtype) -> ObsNorm:
+    """No samples yet: mean 0, variance 1 (the identity until the first update).
+
+    Args:
+      spec: one world's observation (``ShapeDtypeStruct`` or a dict of them), or the
+        size of a vector observation.
+      dtype: the float dtype of the statistics.
+
+    Raises:
+      ValueError: the observation has nothing to normalize (no float vector term).
+    """
+    if isinstance(spec, (int, np.integer)):
+        spec = jax.ShapeDtypeStruct((int(spec),), dtype)
+    terms = normalized_terms(spec)
+    if terms is None:
+        raise ValueError(
+            "observation normalization needs a float vector observation or float vector "
+            f"terms; the observation is {spec}"
+        )
     return ObsNorm(
-        mean=jnp.zeros((obs_dim,), dtype),
-        var=jnp.ones((obs_dim,), dtype),
+        mean=jax.tree.map(lambda s: jnp.zeros(s.shape, dtype), terms),
+        var=jax.tree.map(lambda s: jnp.ones(s.shape, dtype), terms),
         count=jnp.zeros((), dtype),
         frozen=jnp.zeros((), bool),
     )
 
 
-def update(norm: ObsNorm, batch: jax.Array, axis_name: str | None = None) -> ObsNorm:
-    """``norm`` moved by a ``(n, obs_dim)`` batch (summed over ``axis_name`` inside
-    ``shard_map``); unchanged if frozen."""
+def _normalized(norm: ObsNorm, obs: Any) -> Any:
+    """The part of ``obs`` that ``norm`` normalizes, shaped like ``norm.mean``."""
+    if isinstance(norm.mean, Mapping):
+        return {k: obs[k] for k in norm.mean}
+    return obs
+
+
+def update(norm: ObsNorm, batch: Any, axis_name: str | None = None) -> ObsNorm:
+    """``norm`` moved by a batch of observations (leading world axis; summed over
+    ``axis_name`` inside ``shard_map``); unchanged if frozen."""
     total = functools.partial(_total, axis_name=axis_name)
-    n = total(jnp.asarray(batch.shape[0], norm.count.dtype))
-    batch_mean = total(batch.sum(axis=0)) / n
-    batch_m2 = total(jnp.square(batch - batch_mean).sum(axis=0))
+    batch = _normalized(norm, batch)
+    n = total(jnp.asarray(jax.tree.leaves(batch)[0].shape[0], norm.count.dtype))
     count = norm.count + n
-    delta = batch_mean - norm.mean
-    mean = norm.mean + delta * (n / count)
-    m2 = norm.var * norm.count + batch_m2 + jnp.square(delta) * (norm.count * n / count)
-    moved = norm.replace(mean=mean, var=m2 / count, count=count)
+
+    def moments(mean, var, x):
+        batch_mean = total(x.sum(axis=0)) / n
+        batch_m2 = total(jnp.square(x - batch_mean).sum(axis=0))
+        delta = batch_mean - mean
+        m2 = var * norm.count + batch_m2 + jnp.square(delta) * (norm.count * n / count)
+        return mean + delta * (n / count), m2 / count
+
+    pairs = jax.tree.map(moments, norm.mean, norm.var, batch)
+    is_pair = lambda x: isinstance(x, tuple)  # noqa: E731
+    mean = jax.tree.map(lambda p: p[0], pairs, is_leaf=is_pair)
+    var = jax.tree.map(lambda p: p[1], pairs, is_leaf=is_pair)
+    moved = norm.replace(mean=mean, var=var, count=count)
     return jax.tree.map(lambda old, new: jnp.where(norm.frozen, old, new), norm, moved)
 
 
@@ -103,9 +155,18 @@ def _total(x: jax.Array, axis_name: str | None) -> jax.Array:
         return x
 
 
-def apply(spec: Spec, norm: ObsNorm, obs: jax.Array) -> jax.Array:
-    """``obs`` (any leading axes) scaled by ``norm``."""
-    out = (obs - norm.mean) / jnp.sqrt(norm.var + spec.eps)
-    if spec.clip is not None:
-        out = jnp.clip(out, -spec.clip, spec.clip)
-    return out.astype(obs.dtype)
+def apply(spec: Spec, norm: ObsNorm, obs: Any) -> Any:
+    """``obs`` (any leading axes) scaled by ``norm``; terms it does not normalize
+    as they are."""
+
+    def scale(x, mean, var):
+        out = (x - mean) / jnp.sqrt(var + spec.eps)
+        if spec.clip is not None:
+            out = jnp.clip(out, -spec.clip, spec.clip)
+        return out.astype(x.dtype)
+
+    if isinstance(norm.mean, Mapping):
+        return {
+            k: scale(x, norm.mean[k], norm.var[k]) if k in norm.mean else x for k, x in obs.items()
+        }
+    return scale(obs, norm.mean, norm.var)

@@ -1,12 +1,14 @@
 """rsl_rl's ``VecEnv`` over the torch front door, so ``OnPolicyRunner`` trains on it.
 
 rsl-rl-lib 5.x expects what Isaac Lab gives it: observations as a ``TensorDict`` of
-groups (here one, ``"policy"``, which rsl_rl's default ``obs_groups`` resolution
-uses for both actor and critic), autoreset in the same step, ``dones`` =
-``terminated | truncated`` and ``extras["time_outs"]`` = ``truncated``. With
-``time_outs`` rsl_rl's PPO bootstraps a truncated step's reward with the value of
-the observation it acted on (the terminal observation of the episode is not
-used; ``extras["final_obs"]`` has it for trainers that want it).
+groups (here ``"policy"``, which rsl_rl's default ``obs_groups`` resolution uses
+for both actor and critic; for a task with observation terms, one group per term,
+which the runner's ``obs_groups`` config assigns to actor and critic), autoreset
+in the same step, ``dones`` = ``terminated | truncated`` and
+``extras["time_outs"]`` = ``truncated``. With ``time_outs`` rsl_rl's PPO
+bootstraps a truncated step's reward with the value of the observation it acted
+on (the terminal observation of the episode is not used; ``extras["final_obs"]``
+has it for trainers that want it).
 ``OnPolicyRunner.learn(..., init_at_random_ep_len=True)`` writes random step counts
 into :attr:`RslRlVecEnv.episode_length_buf`; they reach the env's own counters, so
 time limits fall on different steps in different worlds.
@@ -72,7 +74,8 @@ class RslRlVecEnv(VecEnv):
         return TensorDict(obs, batch_size=[n])
 
     def get_observations(self) -> TensorDict:
-        """The current observation groups, ``{"policy": (num_envs, obs_dim)}``."""
+        """The current observation groups, ``{"policy": (num_envs, obs_dim)}`` (one
+        per term for a task with observation terms)."""
         self._ensure_reset()
         return self._groups(self.env.observations(), self.num_envs)
 

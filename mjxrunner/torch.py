@@ -40,6 +40,7 @@ from gymnasium.vector.utils import batch_space
 
 from mjxrunner import checks, door
 from mjxrunner import env as env_
+from mjxrunner import gym as gym_
 from mjxrunner.tasks.base import Task
 
 
@@ -53,14 +54,33 @@ def to_jax(t: torch.Tensor) -> jax.Array:
     return jax.dlpack.from_dlpack(t.detach().contiguous())
 
 
-def _pack(state: env_.EnvState) -> tuple[jax.Array, jax.Array]:
-    """What a step hands out, in two flat buffers (one DLPack export each, since an
-    export costs more host time than a small batch's whole step): floats ``obs,
-    final_obs, reward`` and bools ``terminated, truncated, final_mask``."""
-    obs = state.obs
-    floats = jnp.concatenate([obs.ravel(), state.final_obs.ravel(), state.reward.astype(obs.dtype)])
+def groups_of(obs: Any) -> dict[str, Any]:
+    """Observation groups as torch trainers name them: ``{"policy": obs}`` for one
+    array, the terms themselves for an observation of terms."""
+    return dict(obs) if isinstance(obs, dict) else {"policy": obs}
+
+
+def _packed_groups(obs: Any, float_dtype: Any) -> tuple[list[str], list[str]]:
+    """``(groups in the float buffer, groups exported on their own)``: terms of the
+    env's float dtype share one buffer; others (uint8 images) go apart."""
+    groups = groups_of(obs)
+    floats = [k for k, x in groups.items() if x.dtype == float_dtype]
+    return floats, [k for k in groups if k not in floats]
+
+
+def _pack(state: env_.EnvState) -> tuple[jax.Array, jax.Array, tuple[jax.Array, ...]]:
+    """What a step hands out, in few buffers (one DLPack export each, since an export
+    costs more host time than a small batch's whole step): floats ``obs, final_obs,
+    reward`` of every float group, bools ``terminated, truncated, final_mask``, and
+    ``(obs, final_obs)`` of each other group."""
+    dtype = state.reward.dtype
+    obs, final = groups_of(state.obs), groups_of(state.final_obs)
+    in_floats, apart = _packed_groups(state.obs, dtype)
+    floats = jnp.concatenate(
+        [obs[k].ravel() for k in in_floats] + [final[k].ravel() for k in in_floats] + [state.reward]
+    )
     flags = jnp.concatenate([state.terminated, state.truncated, state.final_mask])
-    return floats, flags
+    return floats, flags, tuple(x for k in apart for x in (obs[k], final[k]))
 
 
 def torch_device(device: jax.Device) -> torch.device:
@@ -91,7 +111,9 @@ class TorchVecEnv:
     Attributes:
       num_envs, num_actions, max_episode_length: sizes, as torch trainers name them.
       device: the ``torch.device`` of every tensor.
-      single_observation_space: ``Dict({"policy": Box(obs_dim)})``.
+      single_observation_space: ``Dict({"policy": Box(obs_dim)})``, or for a task
+        with observation terms a ``Dict`` with one entry per term (each term is an
+        observation group).
       single_action_space: ``Box`` of the actuators' ``ctrlrange``.
       observation_space, action_space: the same with a leading ``num_envs`` axis.
 
@@ -132,8 +154,13 @@ class TorchVecEnv:
         self.device = torch_device(env.config.backend.device)
         self._dtype = env.low.dtype
         low, high = (np.asarray(b, np.float32) for b in (env.low, env.high))
-        box = gymnasium.spaces.Box(-np.inf, np.inf, (env.observation_size,), np.float32)
-        self.single_observation_space = gymnasium.spaces.Dict({"policy": box})
+        self._whole = not isinstance(env.observation_spec, dict)  # one "policy" group
+        spec = groups_of(env.observation_spec)
+        self.single_observation_space = gymnasium.spaces.Dict(
+            {k: gym_.term_space(s) for k, s in spec.items()}
+        )
+        self._floats, self._apart = _packed_groups(spec, self._dtype)
+        self._shapes = {k: tuple(s.shape) for k, s in spec.items()}
         self.single_action_space = gymnasium.spaces.Box(low, high, low.shape, np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -161,19 +188,29 @@ class TorchVecEnv:
         return self._door.ready
 
     def observations(self) -> dict[str, torch.Tensor]:
-        """The current observation groups, ``{"policy": (num_envs, obs_dim)}``."""
-        if "obs" not in self._out:  # after a reset: the state's own array
-            self._out = {"obs": to_torch(self._door.get("obs"))}
-        return {"policy": self._out["obs"]}
+        """The current observation groups, ``{"policy": (num_envs, obs_dim)}`` (one
+        entry per term for a task with observation terms)."""
+        if "obs" not in self._out:  # after a reset: the state's own arrays
+            obs = groups_of(self._door.get("obs"))
+            self._out = {"obs": {k: to_torch(x) for k, x in obs.items()}}
+        return dict(self._out["obs"])
 
-    def _unpack(self, packed: tuple[jax.Array, jax.Array]) -> dict[str, torch.Tensor]:
+    def _unpack(self, packed: tuple) -> dict[str, Any]:
         self._packed = packed
-        floats, flags = (to_torch(x) for x in packed)
-        n, d = self.num_envs, self.single_observation_space["policy"].shape[0]
+        floats, flags = (to_torch(x) for x in packed[:2])
+        n = self.num_envs
+        obs, final, at = {}, {}, 0
+        for out in (obs, final):
+            for k in self._floats:
+                size = n * int(np.prod(self._shapes[k]))
+                out[k] = floats[at : at + size].view(n, *self._shapes[k])
+                at += size
+        for i, k in enumerate(self._apart):
+            obs[k], final[k] = to_torch(packed[2][2 * i]), to_torch(packed[2][2 * i + 1])
         self._out = {
-            "obs": floats[: n * d].view(n, d),
-            "final_obs": floats[n * d : 2 * n * d].view(n, d),
-            "reward": floats[2 * n * d :],
+            "obs": obs,
+            "final_obs": final["policy"] if self._whole else final,
+            "reward": floats[at:],
             "terminated": flags[:n],
             "truncated": flags[n : 2 * n],
             "final_mask": flags[2 * n :],
@@ -235,7 +272,7 @@ class TorchVecEnv:
 
         Returns:
           ``(obs, reward, terminated, truncated, extras)``: ``obs`` a dict of
-          ``(num_envs, obs_dim)`` tensors, ``reward`` ``(num_envs,)`` float,
+          ``(num_envs, obs_dim)`` tensors (one per group), ``reward`` ``(num_envs,)`` float,
           ``terminated``/``truncated`` ``(num_envs,)`` bool, ``extras`` with
           ``time_outs`` (= ``truncated``), ``final_obs`` and ``final_mask``.
         """
@@ -247,7 +284,7 @@ class TorchVecEnv:
             "final_obs": out["final_obs"],
             "final_mask": out["final_mask"],
         }
-        return {"policy": out["obs"]}, out["reward"], out["terminated"], out["truncated"], extras
+        return dict(out["obs"]), out["reward"], out["terminated"], out["truncated"], extras
 
     @property
     def episode_length(self) -> torch.Tensor:

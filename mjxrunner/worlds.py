@@ -31,11 +31,18 @@ CORE_NDIM = "core_ndim"
 SHARED = -1
 """Core ndim of a leaf that declares none: it is never world-indexed."""
 
+BATCHED = "batched"
+"""The core ndim of a field whose every leaf has a leading world axis, whatever its
+rank: observations made of terms of different ranks, a task's per-world state."""
 
-def world_field(core_ndim: int, **kwargs: Any) -> Any:
-    """A dataclass field whose array leaves have ``core_ndim`` dims in one world."""
-    if not isinstance(core_ndim, int) or isinstance(core_ndim, bool) or core_ndim < 0:
-        raise TypeError(f"core_ndim must be a non-negative int, got {core_ndim!r}")
+
+def world_field(core_ndim: int | str, **kwargs: Any) -> Any:
+    """A dataclass field whose array leaves have ``core_ndim`` dims in one world
+    (:data:`BATCHED`: every leaf has one axis more, the leading world axis)."""
+    if core_ndim != BATCHED and (
+        not isinstance(core_ndim, int) or isinstance(core_ndim, bool) or core_ndim < 0
+    ):
+        raise TypeError(f"core_ndim must be a non-negative int or BATCHED, got {core_ndim!r}")
     return dataclasses.field(metadata={CORE_NDIM: core_ndim}, **kwargs)
 
 
@@ -185,7 +192,10 @@ def core_ndims(tree: Any) -> Any:
             value = getattr(tree, f.name)
             if CORE_NDIM in f.metadata:
                 n = f.metadata[CORE_NDIM]
-                changes[f.name] = jax.tree.map(lambda _, n=n: n, value)
+                if n == BATCHED:
+                    changes[f.name] = jax.tree.map(lambda x: np.ndim(x) - 1, value)
+                else:
+                    changes[f.name] = jax.tree.map(lambda _, n=n: n, value)
             else:
                 changes[f.name] = core_ndims(value)
         return dataclasses.replace(tree, **changes)

@@ -322,7 +322,7 @@ def test_env_over_groups_equals_the_homogeneous_envs(envs, mode):
 
 
 def test_env_groups_must_agree_on_what_the_policy_sees():
-    with pytest.raises(ValueError, match="groups 0 and 1 differ in observation_size"):
+    with pytest.raises(ValueError, match="groups 0 and 1 differ in observation"):
         E.make("puck_reach", 4, groups=[("puck", 2), ("reacher", 2)])
     with pytest.raises(ValueError, match="hold 4 worlds, but num_envs is 5"):
         E.make("puck_reach", 5, groups=[("puck", 2), ("puck_steps", 2)])
@@ -441,7 +441,8 @@ def test_torch_door_takes_groups(envs):
     v = torch_door.TorchVecEnv(TASK, N, groups=GROUPS, normalize_obs=True)
     assert isinstance(v.env, GroupEnv) and v.num_envs == N and v.num_actions == NU
     state = E.jit_reset(envs[0], jax.random.key(1))
-    floats, flags = torch_door._pack(state)
+    floats, flags, apart = torch_door._pack(state)
+    assert apart == ()  # every group of a float vector observation shares the buffer
     assert floats.shape == (2 * N * OBS + N,) and flags.shape == (3 * N,)
     np.testing.assert_array_equal(np.asarray(floats[: N * OBS]).reshape(N, OBS), state.obs)
     v._door.state = state

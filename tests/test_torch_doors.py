@@ -83,7 +83,7 @@ def test_no_copies_between_jax_and_torch(door):
     assert to_torch(x).data_ptr() == x.unsafe_buffer_pointer()
     # after a step: views into the two buffers the compiled step packs
     stepped, reward, terminated, truncated, extras = door.step(torch.zeros(N, 1))
-    floats, flags = door._packed
+    floats, flags, _ = door._packed
     assert stepped["policy"].data_ptr() == floats.unsafe_buffer_pointer()
     assert stepped["policy"].is_contiguous() and reward.is_contiguous()
     assert terminated.data_ptr() == flags.unsafe_buffer_pointer()

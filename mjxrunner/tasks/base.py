@@ -15,6 +15,20 @@ sets ``forward_on_reset=False`` (right for tasks that read only ``qpos``/``qvel`
 it saves a forward pass per restart and its compile; the physics is unaffected,
 since every step begins with its own forward pass).
 
+Observations may be one array or a dict of named terms (``{"state": ..., "pixels":
+...}``); ``obs_config`` (:class:`~mjxrunner.observations.ObsConfig`) adds sensor noise
+and a history per term, applied by the env in its compiled step.
+
+Per-world task state (``info``): a task that needs memory across steps (a velocity
+command, a target, a phase) sets ``initial_info(model, data, key) -> info``, a
+pytree of one world's arrays drawn at every restart; the env keeps it per world
+(``EnvState.info``, leading world axis) and, for such a task, calls
+``observation(model, data, info)``, ``reward(model, data, action, next_data, info)``
+and ``terminated(model, data, info)``. ``update_info(model, data, action,
+next_data, info, key) -> info`` (optional) changes it after each step (e.g.
+resampling a command at intervals); the reward and termination of a step see the
+info the step was taken under, the next observation the updated one.
+
 Adding a task for a new scene: write a module in ``mjxrunner/tasks/`` that defines
 ``TASKS = (Task(...), ...)``; the registry finds it without further edits.
 """
@@ -23,22 +37,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from mujoco import mjx
 
 from mjxrunner.models import action_bounds  # noqa: F401 - re-exported for tasks
+from mjxrunner.observations import ObsConfig
 
-ObservationFn = Callable[[mjx.Model, mjx.Data], jax.Array]
-"""``observation(model, data) -> (obs_dim,)`` float array of one world."""
+ObservationFn = Callable[..., Any]
+"""``observation(model, data[, info]) -> obs`` of one world: an ``(obs_dim,)`` float
+array, or a dict of named terms (arrays of any shape and dtype)."""
 
-RewardFn = Callable[[mjx.Model, mjx.Data, jax.Array, mjx.Data], jax.Array]
-"""``reward(model, data, action, next_data) -> ()``: the reward of the transition
-from ``data`` to ``next_data`` under ``action`` (``(nu,)``, already clipped)."""
+RewardFn = Callable[..., jax.Array]
+"""``reward(model, data, action, next_data[, info]) -> ()``: the reward of the
+transition from ``data`` to ``next_data`` under ``action`` (``(nu,)``, already
+clipped)."""
 
-TerminatedFn = Callable[[mjx.Model, mjx.Data], jax.Array]
-"""``terminated(model, data) -> ()`` bool: ``data`` is a terminal state of the MDP."""
+TerminatedFn = Callable[..., jax.Array]
+"""``terminated(model, data[, info]) -> ()`` bool: ``data`` is a terminal state of
+the MDP."""
 
 InitialStateFn = Callable[[mjx.Model, mjx.Data, jax.Array], mjx.Data]
 """``initial_state(model, data, key) -> data``: randomizes one world's start.
@@ -49,9 +68,17 @@ key drawn from that world's own stream; return ``data`` with new ``qpos``/``qvel
 """
 
 
-def never_terminated(model: mjx.Model, data: mjx.Data) -> jax.Array:
+InitialInfoFn = Callable[[mjx.Model, mjx.Data, jax.Array], Any]
+"""``initial_info(model, data, key) -> info``: one world's task state at the start
+of an episode (``data`` is the fresh start, ``key`` a typed key of its own)."""
+
+UpdateInfoFn = Callable[[mjx.Model, mjx.Data, jax.Array, mjx.Data, Any, jax.Array], Any]
+"""``update_info(model, data, action, next_data, info, key) -> info`` after a step."""
+
+
+def never_terminated(model: mjx.Model, data: mjx.Data, info: Any = None) -> jax.Array:
     """A ``terminated`` for tasks that only end by time limit."""
-    del model, data
+    del model, data, info
     return jnp.zeros((), bool)
 
 
@@ -78,6 +105,11 @@ class Task:
       substeps: physics steps per env step (action repeat), ``>= 1``.
       forward_on_reset: run ``mjx.forward`` on a fresh start, so that ``observation``
         can read derived quantities at the first step of an episode.
+      obs_config: None, or the noise and history of the observation terms
+        (:class:`~mjxrunner.observations.ObsConfig`).
+      initial_info: None, or the per-world task state drawn at each restart; then
+        ``observation``, ``reward`` and ``terminated`` take it as last argument.
+      update_info: None (the info stays as drawn), or how a step changes it.
     """
 
     name: str
@@ -90,6 +122,14 @@ class Task:
     keyframe: str | None = None
     substeps: int = 1
     forward_on_reset: bool = True
+    obs_config: ObsConfig | None = None
+    initial_info: InitialInfoFn | None = None
+    update_info: UpdateInfoFn | None = None
+
+    @property
+    def has_info(self) -> bool:
+        """The task keeps per-world state, passed to its functions."""
+        return self.initial_info is not None
 
     def __post_init__(self) -> None:
         for field in ("name", "model"):
@@ -106,6 +146,16 @@ class Task:
             raise TypeError(f"Task.forward_on_reset must be a bool, got {self.forward_on_reset!r}")
         if self.keyframe is not None and not isinstance(self.keyframe, str):
             raise TypeError(f"Task.keyframe must be None or a str, got {self.keyframe!r}")
+        if self.obs_config is not None and not isinstance(self.obs_config, ObsConfig):
+            raise TypeError(
+                f"Task.obs_config must be an ObsConfig or None, got {self.obs_config!r}"
+            )
+        for field in ("initial_info", "update_info"):
+            value = getattr(self, field)
+            if value is not None and not callable(value):
+                raise TypeError(f"Task.{field} must be None or callable, got {value!r}")
+        if self.update_info is not None and self.initial_info is None:
+            raise ValueError("Task.update_info needs Task.initial_info (the info it updates)")
 
     def replace(self, **changes) -> Task:
         """A copy with some fields changed (e.g. a shorter ``max_episode_steps``)."""
