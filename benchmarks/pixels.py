@@ -1,0 +1,140 @@
+"""Batched pixel throughput: frames/s of the renderer alone, and steps/s of a physics
+step followed by a render, against the physics step alone.
+
+For each world count and image size: builds an impl "warp" runner (for its device
+model and data) and a :class:`mjxrunner.pixels.PixelRenderer` (one RGB camera),
+times the render context's construction, the first call of each compiled function
+(XLA compile plus Warp's kernel build or cache load) and, apart from that, the
+steady state: the median over ``--reps`` timed loops of ``--calls`` calls, each loop
+ended by ``block_until_ready``, the data of every call fed to the next.
+
+    .venv/bin/python -m benchmarks.pixels --num-envs 64 256 --sizes 64 128
+    .venv/bin/python -m benchmarks.pixels --device cuda --num-envs 1024 4096 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mjxrunner import MultiEnvRunner, core
+from mjxrunner.backend import describe_backend
+from mjxrunner.pixels import PixelRenderer, PixelSpec
+
+
+def _timed(fn, *args):
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    return out, time.perf_counter() - t0
+
+
+def _steady(call, data, calls: int, reps: int) -> float:
+    """Median seconds per call over ``reps`` loops of ``calls`` chained calls."""
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            data = call(data)
+        jax.block_until_ready(data)
+        times.append((time.perf_counter() - t0) / calls)
+    return float(np.median(times))
+
+
+def measure(model: str, num_envs: int, size: int, device, calls: int, reps: int) -> dict:
+    runner = MultiEnvRunner(model, num_envs, impl="warp", device=device)
+    m, mx = runner.mj_model, runner.model
+    spec = PixelSpec(0, width=size, height=size)
+    t0 = time.perf_counter()
+    renderer = PixelRenderer(m, num_envs, spec, devices=runner.device)
+    context_s = time.perf_counter() - t0
+
+    render = jax.jit(renderer.render)
+    ctrl = jax.device_put(jnp.zeros((num_envs, m.nu), jnp.float32), runner.device)
+
+    @jax.jit
+    def physics(model, data, ctrl):
+        return core.physics_step(model, data, ctrl, None, 1)[0]
+
+    @jax.jit
+    def physics_and_render(model, data, ctrl):
+        return renderer.render(model, physics(model, data, ctrl))
+
+    data = runner.data
+    (data, frames), render_compile = _timed(render, mx, data)
+    assert frames["rgb"].shape == (num_envs, size, size, 3)
+    data, physics_compile = _timed(physics, mx, data, ctrl)
+    (data, _), both_compile = _timed(physics_and_render, mx, data, ctrl)
+
+    render_s = _steady(lambda d: render(mx, d)[0], data, calls, reps)
+    physics_s = _steady(lambda d: physics(mx, d, ctrl), data, calls, reps)
+    both_s = _steady(lambda d: physics_and_render(mx, d, ctrl)[0], data, calls, reps)
+    return {
+        "num_envs": num_envs,
+        "size": size,
+        "context_s": context_s,
+        "compile_s": {
+            "render": render_compile,
+            "physics": physics_compile,
+            "physics_and_render": both_compile,
+        },
+        "frames_per_s": num_envs / render_s,
+        "physics_steps_per_s": num_envs / physics_s,
+        "physics_and_render_steps_per_s": num_envs / both_s,
+        "megapixels_per_s": num_envs * size * size / render_s / 1e6,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="cartpole")
+    p.add_argument("--num-envs", type=int, nargs="+", default=[64, 256, 1024])
+    p.add_argument("--sizes", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: JAX's)")
+    p.add_argument("--calls", type=int, default=5, help="calls per timed loop")
+    p.add_argument("--reps", type=int, default=3, help="timed loops (median reported)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+
+    import warp as wp
+
+    wp.config.quiet = True  # Warp's per-module load lines would bury the table
+    rows = []
+    info = None
+    for size in args.sizes:
+        for n in args.num_envs:
+            rows.append(measure(args.model, n, size, args.device, args.calls, args.reps))
+            info = info or MultiEnvRunner(args.model, 1, impl="warp", device=args.device)
+            if not args.json:
+                r = rows[-1]
+                print(
+                    f"{args.model} {n} worlds {size}x{size}: {r['frames_per_s']:,.0f} frames/s, "
+                    f"physics+render {r['physics_and_render_steps_per_s']:,.0f} steps/s "
+                    f"(physics alone {r['physics_steps_per_s']:,.0f}), compile render "
+                    f"{r['compile_s']['render']:.1f} s, context {r['context_s']:.1f} s",
+                    flush=True,
+                )
+    out = {"model": args.model, "rgb_camera": 0, "rows": rows, "backend": info.backend_info}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    print(describe_backend(out["backend"]))
+    print(
+        f"{'worlds':>7} {'size':>5} {'frames/s':>10} {'Mpix/s':>7} {'phys+render/s':>14} "
+        f"{'physics/s':>10} {'compile s':>10} {'context s':>9}"
+    )
+    for r in rows:
+        print(
+            f"{r['num_envs']:>7} {r['size']:>5} {r['frames_per_s']:>10,.0f} "
+            f"{r['megapixels_per_s']:>7.2f} {r['physics_and_render_steps_per_s']:>14,.0f} "
+            f"{r['physics_steps_per_s']:>10,.0f} {r['compile_s']['render']:>10.1f} "
+            f"{r['context_s']:>9.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
