@@ -12,6 +12,36 @@ from mjxrunner.worlds import pytree_dataclass, world_field
 
 
 @pytree_dataclass
+class LatencyState:
+    """Per-world action latency (:class:`mjxrunner.events.Latency`).
+
+    Attributes:
+      queue: ``(num_envs, max_delay + 1, nu)`` the world's last commands, newest
+        first: slot ``k`` holds the command of ``k`` steps ago, the one a delay of
+        ``k`` sends to the physics now. A (re)started world's slots all hold its
+        start's ``ctrl``.
+      delay: ``(num_envs,)`` int32, the steps this episode's commands wait.
+    """
+
+    queue: jax.Array = world_field(2)
+    delay: jax.Array = world_field(0)
+
+
+@pytree_dataclass
+class PushState:
+    """Per-world random pushes (:class:`mjxrunner.events.Pushes`).
+
+    Attributes:
+      countdown: ``(num_envs,)`` int32, steps until the next push: the step that
+        brings it to 0 pushes, then a new interval is drawn.
+      pushed: ``(num_envs,)`` bool, the last step pushed this world.
+    """
+
+    countdown: jax.Array = world_field(0)
+    pushed: jax.Array = world_field(0)
+
+
+@pytree_dataclass
 class RunnerState:
     """State of ``num_envs`` worlds.
 
@@ -35,6 +65,9 @@ class RunnerState:
         guard's trips and of resets; like ``rng``, never restored by a reset.
       user: the user's own pytree (None by default). Its leaves follow the
         world-axis rule: declared dataclass fields are per world, bare arrays shared.
+      latency: :class:`LatencyState` with action latency on, else None (no buffer,
+        the step as without it).
+      pushes: :class:`PushState` with random pushes on, else None.
     """
 
     data: mjx.Data
@@ -47,6 +80,8 @@ class RunnerState:
     tripped: dict[str, jax.Array] = world_field(0, default_factory=dict)
     health: HealthCounts | None = None
     user: Any = None
+    latency: LatencyState | None = None
+    pushes: PushState | None = None
 
     @property
     def num_envs(self) -> int:
