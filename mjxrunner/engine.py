@@ -19,6 +19,11 @@ The functions come in two layers:
 * :func:`step`, :func:`reset`, :func:`rollout`, :func:`randomize` take an
   :class:`Engine` and run the local functions over the config's mesh.
 
+Action latency and pushes (:mod:`mjxrunner.events`) act inside the step, and a
+restored world starts a new episode (:func:`begin_local`: its events are drawn
+anew, its kinematics recomputed on request); :func:`get_state`/:func:`set_state`
+read and write MuJoCo's ``mjtState`` vectors world by world.
+
 ``reset`` takes a *source of fresh worlds*: the engine's default snapshot (what
 the runner restores), or any ``RunnerState`` of the same structure (the env's draws
 from a task's ``initial_state``, a reset pool), always applied through

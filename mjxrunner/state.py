@@ -51,7 +51,8 @@ class RunnerState:
 
     Attributes:
       data: batched ``mjx.Data``; per-world leaves are ``(num_envs, *core_shape)``.
-      ctrl: ``(num_envs, nu)`` controls written into ``data.ctrl`` at every step.
+      ctrl: ``(num_envs, nu)`` commands, written into ``data.ctrl`` at every step
+        (with action latency, the queue's delayed command is written instead).
       episode_length: ``(num_envs,)`` int32, steps since each world's last reset.
       terminated: ``(num_envs,)`` bool, the episode ended in a terminal state.
       truncated: ``(num_envs,)`` bool, the episode was cut short (time limit, ...).

@@ -136,7 +136,27 @@ def test_a_fixed_delay_draws_nothing_and_zero_is_off(slider3):
     plain = MultiEnvRunner(slider3, 2, latency=0)
     assert plain.state.latency is None and plain.latency is None  # no queue at all
     # a fixed delay leaves the streams as a runner without latency has them
-    np.testing.assert_array_equal(np.asarray(fixed.state.rng), np.asarray(plain.state.rng))
+    rng = np.asarray(plain.state.rng)
+    np.testing.assert_array_equal(np.asarray(fixed.state.rng), rng)
+
+
+def test_latency_and_pushes_set_later_reshape_the_state(slider3):
+    r = MultiEnvRunner(slider3, 2)
+    rng = np.asarray(r.state.rng)
+    with pytest.raises(TypeError, match="Latency"):
+        r.set_latency("soon")
+    assert r.state.latency is None and r.latency is None  # the refused call changed nothing
+    r.set_latency(Latency(1, 3))
+    for s in (r.state, r._default):  # the snapshot that resets restore has the queue too
+        assert s.latency.queue.shape == (2, 4, 3)
+    assert set(np.asarray(r.state.latency.delay).tolist()) <= {1, 2, 3}
+    assert (np.asarray(r.state.rng) != rng).any(axis=1).all()  # drawn from each stream
+    r.set_pushes(Pushes(2, ((-1, 1),), joint="j0"))
+    np.testing.assert_array_equal(np.asarray(r.state.pushes.countdown), [2, 2])
+    assert r.latency == Latency(1, 3)  # kept
+    r.set_latency(None)
+    assert r.state.latency is None and r._default.latency is None
+    assert r.pushes == Pushes(2, ((-1, 1),), joint="j0")
 
 
 # --- pushes ------------------------------------------------------------------------------
@@ -183,6 +203,10 @@ def script(r: MultiEnvRunner) -> list:
         out.append(
             r.to_numpy((s.data.qpos, s.data.qvel, s.data.ctrl, s.rng, s.latency, s.pushes, r.model))
         )
+    r.step(collide=np.array([True, False, True, False]))
+    vec = r.get_state(INTEGRATION)
+    r.set_state(vec[[1, 0]], env_ids=[0, 1], spec=INTEGRATION)
+    out.append((vec, r.get_state(INTEGRATION), r.to_numpy(r.data.xpos)))
     return out
 
 
@@ -358,6 +382,10 @@ def test_collisions_off_lets_the_box_fall_through_the_floor(kit):
     assert (z[[0, 2]] > 0.05).all() and (z[[1, 3]] < -0.5).all(), z
     # deep in the floor, yet no contact is active in the worlds that do not collide
     assert (kit.contact_count()[[1, 3]] == 0).all()
+    # the env's switch is static config, turned into the same flags
+    off = engine.collide_flags(kit.engine.config.replace(collisions=False), None, N)
+    np.testing.assert_array_equal(off, np.zeros(N, bool))
+    assert engine.collide_flags(kit.engine.config, None, N) is None  # the plain step
     # the runner's setting holds across resets, until switched back
     kit.set_collision_enabled(False)
     kit.reset_all()
@@ -489,3 +517,6 @@ def test_warp_delays_pushes_and_state_vectors():
     # the kinematics follow (a step leaves them at the state before its integration)
     cart = np.asarray(r.data.xpos)[:, 1]
     np.testing.assert_allclose(cart[:2], [[x, 0, 1] for x in states[[3, 2], 1]], atol=1e-6)
+    r.reset_envs([2])  # from the snapshot, kinematics recomputed by Warp
+    np.testing.assert_array_equal(r.get_state(FULL, env_ids=[2])[0, 1:], 0)
+    np.testing.assert_array_equal(np.asarray(r.data.xpos)[2, 1], [0, 0, 1])
