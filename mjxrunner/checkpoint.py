@@ -49,7 +49,7 @@ import jax
 import mujoco
 import numpy as np
 
-from mjxrunner import backend, core, engine, params
+from mjxrunner import backend, core, engine, events, params
 from mjxrunner import guards as guards_
 from mjxrunner.models import from_mjb, load_any, mjb_bytes
 from mjxrunner.sharding import host_copy
@@ -416,6 +416,20 @@ def _engine_fields(
         # field of the device model: kept here so the loaded model's is the same.
         "signature": int(getattr(model, "signature", 0)),
         "ref": ref is not None,
+        "latency": events.latency_to_json(config.latency),
+        "pushes": None if config.pushes is None else config.pushes.pushes.to_json(),
+        "collision_enabled": config.collisions,
+    }
+
+
+def _event_options(header: dict[str, Any]) -> dict[str, Any]:
+    """The engine options of the events a header records (absent from older files:
+    none, collisions on)."""
+    pushes = header.get("pushes")
+    return {
+        "latency": events.latency_from_json(header.get("latency")),
+        "pushes": None if pushes is None else events.Pushes.from_json(pushes),
+        "collision_enabled": header.get("collision_enabled", True),
     }
 
 
@@ -521,6 +535,7 @@ def save(runner: Any, path: str | os.PathLike) -> Path:
     }
     fields = {
         **_engine_fields(eng.config, eng.model.tree, eng.state.user, eng.ref, policies),
+        "collision_enabled": runner.collision_enabled,  # the runner's own switch
         "layout": runner.layout,
     }
     origins = {"origins": np.asarray(runner.env_origins, np.float64)}
@@ -593,6 +608,7 @@ def load_runner(
         max_qvel=header["max_qvel"],
         devices=devices,
         guards=guards,
+        **_event_options(header),
         **options,
     )
     _check_guards(header, runner.engine.config, "runner", where)
@@ -897,6 +913,7 @@ def load_env(
         guards=guards,
         devices=devices,
         restart_slots=header.get("restart_slots"),  # absent from older files
+        **_event_options(header),
         **header["options"],
     )
     norm = header.get("obs_normalization")  # absent from older files

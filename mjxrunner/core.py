@@ -13,9 +13,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import mujoco
 from mujoco import mjx
 
-from mjxrunner import backend, guards, health
+from mjxrunner import backend, events, guards, health
 from mjxrunner.state import RunnerState
 from mjxrunner.worlds import num_worlds, select_worlds, tree_of, world_axes
 
@@ -86,8 +87,46 @@ def capacity_bits() -> int:
     return backend.capacity_bits()
 
 
+NO_CONTACT_MARGIN = -float(mujoco.mjMAXVAL)
+"""The contact margin of a world stepped with ``collide=False``: every contact's
+distance exceeds it, so none is active."""
+
+
+def without_contacts(model: mjx.Model, collide: jax.Array) -> mjx.Model:
+    """``model`` whose worlds with ``collide`` False ignore every contact.
+
+    ``opt.disableflags`` cannot do it cheaply: it is a static field of
+    ``mjx.Model`` (a change recompiles the step), and impl "jax" sizes the
+    contacts when the data is made, colliding whatever the flag says later. A
+    contact enters the solver only when its distance is below its margin, so a
+    margin of ``-mjMAXVAL`` switches it off by value: per world, no recompile.
+    Impl "jax" still runs the collision functions (their contacts stay inactive);
+    impl "warp"'s broadphase drops every pair.
+
+    Args:
+      model: ``mjx.Model``, leaves shared or per world.
+      collide: ``(num_envs,)`` bool.
+    """
+    n = collide.shape[0]
+    changes = {}
+    for path in ("geom_margin", "pair_margin"):
+        margin = getattr(model, path)
+        if margin.shape[-1] == 0:
+            continue
+        if margin.ndim == 1:  # shared: give it the world axis
+            margin = jnp.broadcast_to(margin, (n, *margin.shape))
+        off = jnp.asarray(NO_CONTACT_MARGIN, margin.dtype)
+        changes[path] = jnp.where(collide[:, None], margin, off)
+    return model.tree_replace(changes) if changes else model
+
+
 def physics_step(
-    model: mjx.Model, data: mjx.Data, ctrl: jax.Array, dt: jax.Array | None, substeps: int
+    model: mjx.Model,
+    data: mjx.Data,
+    ctrl: jax.Array,
+    dt: jax.Array | None,
+    substeps: int,
+    collide: jax.Array | None = None,
 ) -> tuple[mjx.Data, jax.Array]:
     """Advances batched ``data`` by ``dt`` in ``substeps`` solver steps.
 
@@ -98,6 +137,8 @@ def physics_step(
       dt: scalar or ``(num_envs,)`` step length; None keeps the model's timestep, so
         the step lasts ``substeps * timestep``.
       substeps: solver calls per step, each of ``dt / substeps``.
+      collide: None (contacts as the model says), or ``(num_envs,)`` bool: worlds
+        with False ignore every contact in this step (see :func:`without_contacts`).
 
     Returns:
       The advanced batched data and the ``(num_envs,)`` int32 bitmask of Warp
@@ -110,6 +151,8 @@ def physics_step(
     if dt is not None:
         timestep = jnp.broadcast_to(dt / substeps, (num_envs,))
         model = model.tree_replace({"opt.timestep": timestep.astype(model.opt.timestep.dtype)})
+    if collide is not None:
+        model = without_contacts(model, collide)
     one_step = jax.vmap(mjx.step, in_axes=(world_axes(model), 0))
 
     def substep(d, _):
@@ -136,6 +179,8 @@ def step(
     truncate_on_overflow: bool = False,
     check: health.Check | None = health.Check(),  # noqa: B008 - frozen, hashable
     guards: Sequence[guards.Guard] | None = None,
+    pushes: events.PushPlan | None = None,
+    collide: jax.Array | None = None,
 ) -> RunnerState:
     """One step of every world with the controls in ``state.ctrl``, then the guards.
 
@@ -149,6 +194,10 @@ def step(
       check: with ``guards=None``, the instability guard (None: none) (static).
       guards: the guards to run (static); None builds them from the two arguments
         above.
+      pushes: the random pushes (static; with ``state.pushes``); see
+        :mod:`mjxrunner.events`. Action latency needs no argument: a state with a
+        ``latency`` queue sends its delayed commands to the physics.
+      collide: None, or ``(num_envs,)`` bool: worlds with False ignore contacts.
 
     Returns:
       The new state: ``overflow`` holds this step's Warp overflow bits, ``tripped``
@@ -158,7 +207,8 @@ def step(
     """
     if guards is None:
         guards = legacy_guards(check, truncate_on_overflow)
-    data, overflow = physics_step(model, state.data, state.ctrl, dt, substeps)
+    state, ctrl = events.before_physics(state, pushes)
+    data, overflow = physics_step(model, state.data, ctrl, dt, substeps, collide)
     tripped, new, truncate = _guards.after_step(guards, data, state.tripped)
     return state.replace(
         data=data,
@@ -260,6 +310,8 @@ def rollout(
     record: Callable[[RunnerState], Any] = qpos_qvel,
     check: health.Check | None = health.Check(),  # noqa: B008 - frozen, hashable
     guards: Sequence[guards.Guard] | None = None,
+    pushes: events.PushPlan | None = None,
+    collide: jax.Array | None = None,
 ) -> tuple[RunnerState, Any]:
     """Runs ``n_steps`` steps on device in one ``lax.scan``.
 
@@ -277,6 +329,8 @@ def rollout(
         ``n_steps`` axis.
       check: as in :func:`step` (static).
       guards: as in :func:`step` (static).
+      pushes: as in :func:`step` (static).
+      collide: as in :func:`step`, for every step.
 
     Returns:
       ``(final_state, trajectory)``; ``final_state.overflow`` ORs the overflow bits
@@ -290,7 +344,7 @@ def rollout(
         def body(s, _):
             rng, draw = split_streams(s.rng)
             s = s.replace(rng=rng, ctrl=policy(s, draw).astype(s.ctrl.dtype))
-            s = _step_or(model, s, dt, substeps, guards)
+            s = _step_or(model, s, dt, substeps, guards, pushes, collide)
             return s, record(s)
 
         return jax.lax.scan(body, _no_overflow(state), None, length=n_steps)
@@ -301,7 +355,8 @@ def rollout(
         raise ValueError(f"actions must have shape {expected}, got {actions.shape}")
 
     def body(s, u):
-        s = _step_or(model, s.replace(ctrl=u.astype(s.ctrl.dtype)), dt, substeps, guards)
+        s = s.replace(ctrl=u.astype(s.ctrl.dtype))
+        s = _step_or(model, s, dt, substeps, guards, pushes, collide)
         return s, record(s)
 
     return jax.lax.scan(body, _no_overflow(state), actions)
@@ -311,7 +366,7 @@ def _no_overflow(state: RunnerState) -> RunnerState:
     return state.replace(overflow=jnp.zeros_like(state.overflow))
 
 
-def _step_or(model, state, dt, substeps, guards):
+def _step_or(model, state, dt, substeps, guards, pushes=None, collide=None):
     """A step whose overflow bits accumulate, so a rollout reports any overflow."""
-    new = step(model, state, dt, substeps, guards=guards)
+    new = step(model, state, dt, substeps, guards=guards, pushes=pushes, collide=collide)
     return new.replace(overflow=new.overflow | state.overflow)

@@ -427,6 +427,9 @@ def make(
     guards: Any = (),
     devices: Any = None,
     groups: Any = None,
+    latency: Any = None,
+    pushes: Any = None,
+    collision_enabled: bool = True,
 ) -> Env:
     """Builds an :class:`Env`: loads the scene, puts it on device, forwards the start.
 
@@ -458,6 +461,8 @@ def make(
         ``(model, n, options)`` whose sizes sum to ``num_envs``; returns a
         :class:`~mjxrunner.group_env.GroupEnv`, which every function here takes
         (see :mod:`mjxrunner.group_env`). The other arguments apply to every group.
+      latency, pushes, collision_enabled: action latency, random pushes and
+        contacts, as for the runner (see :func:`mjxrunner.engine.configure`).
 
     Raises:
       TypeError, ValueError: an argument of the wrong kind or out of range.
@@ -509,6 +514,9 @@ def make(
         instability_policy=instability_policy,
         max_qvel=max_qvel,
         guards=guards,
+        latency=latency,
+        pushes=pushes,
+        collision_enabled=collision_enabled,
     )
     b = config.backend
     low, high = action_bounds(m)
@@ -688,6 +696,7 @@ def _fresh(
     # core.init knows every field a fresh world has (counters, flags, ...): take its
     # cleared values and put the new data in.
     cleared = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
+    cleared = engine.attach_events(env.config, cleared)  # queues, timers: drawn by the reset
     return cleared.replace(data=data)
 
 
@@ -836,7 +845,7 @@ def _reset_local(
 ) -> EnvState:
     n = keys.shape[0]
     runner = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
-    runner = runner.replace(rng=keys)
+    runner = engine.attach_events(env.config, runner).replace(rng=keys)
     shapes = jax.eval_shape(_first_seen, env, env.model, runner.data, keys)
     # A placeholder: every world restarts.
     seen = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)

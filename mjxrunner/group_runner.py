@@ -35,10 +35,12 @@ from mjxrunner.groups import WorldIndex, join_reports, padded, route_values
 from mjxrunner.sharding import host_copy
 
 
-def _advance_all(configs, models, default_models, refs, states, scratches, dt, substeps):
+def _advance_all(configs, models, default_models, refs, states, scratches, dt, substeps, collides):
     return tuple(
-        runner_._advance_into(*args, dt, substeps)
-        for args in zip(configs, models, default_models, refs, states, scratches, strict=True)
+        runner_._advance_into(*args, dt, substeps, collide)
+        for *args, collide in zip(
+            configs, models, default_models, refs, states, scratches, collides, strict=True
+        )
     )
 
 
@@ -271,6 +273,7 @@ class GroupRunner(layout.Layout):  # layouts over global ids
             tuple(m._scratch for m in self._members),
             dt,
             substeps,
+            tuple(m._collide(None) for m in self._members),  # each group's contact switch
         )
         befores = []
         for m, e, (model, state) in zip(self._members, engs, out, strict=True):

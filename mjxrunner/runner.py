@@ -29,9 +29,9 @@ from mjxrunner.worlds import FlatModel, world_mask
 OVERFLOW_POLICIES = guards_.POLICIES
 
 
-def _advance_into(config, model, default_model, ref, state, scratch, dt, substeps):
+def _advance_into(config, model, default_model, ref, state, scratch, dt, substeps, collide=None):
     del scratch  # donated: its buffers receive the new state
-    model, state = engine.advance(config, model, default_model, ref, state, dt, substeps)
+    model, state = engine.advance(config, model, default_model, ref, state, dt, substeps, collide)
     # Only a redraw in the step changes the model: returning its ~100 leaves otherwise
     # costs a buffer per leaf per call (0.3 ms a step at 256 cartpoles).
     return (model if _redraws_in_step(config) else None), state
@@ -42,9 +42,11 @@ def _redraws_in_step(config) -> bool:
     return rand is not None and rand.every_n_steps > 0
 
 
-def _roll_into(config, model, state, scratch, actions_or_policy, n_steps, dt, substeps):
+def _roll_into(
+    config, model, state, scratch, actions_or_policy, n_steps, dt, substeps, collide=None
+):
     del scratch  # donated, as in _advance_into
-    return engine.roll(config, model, state, actions_or_policy, n_steps, dt, substeps)
+    return engine.roll(config, model, state, actions_or_policy, n_steps, dt, substeps, collide)
 
 
 def _set_ctrl(ctrl, mask, values):
@@ -59,12 +61,20 @@ _roll_actions = jax.jit(_roll_into, static_argnums=(0, 5, 7), donate_argnums=(3,
 _roll_policy = jax.jit(
     _roll_into, static_argnums=(0, 4, 5, 7), donate_argnums=(3,), keep_unused=True
 )
-_restore = jax.jit(engine.restore, static_argnums=(0,), donate_argnums=(4,))
+_restore = jax.jit(engine.restore, static_argnums=(0, 8), donate_argnums=(4,))
+_get_state = jax.jit(engine.get_state, static_argnums=(0, 3))
+_set_state = jax.jit(engine.set_state, static_argnums=(0, 5, 6), donate_argnums=(2,))
 _redraw = jax.jit(engine.redraw, static_argnums=(0,))
 _contact_count = jax.jit(engine.contact_count, static_argnums=(0,))
 _set_ctrl_fn = jax.jit(_set_ctrl, donate_argnums=(0,))
 _set_flags = jax.jit(lambda s, te, tr: s.replace(terminated=te, truncated=tr), donate_argnums=0)
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
 
 
 class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
@@ -88,8 +98,11 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         it), ``"warn"`` or ``"raise"`` (roll back the step).
       **options: ``device`` (None, a ``jax.Device`` or a platform name), Warp's
         ``graph_mode``, ``naconmax``, ``njmax``, ``naccdmax``, ``nvmax``,
-        ``max_qvel`` (default MuJoCo's ``mjMAXVAL``, 1e10) and ``guards`` (your own
-        :class:`mjxrunner.guards.Guard` s); see :func:`mjxrunner.engine.configure`.
+        ``max_qvel`` (default MuJoCo's ``mjMAXVAL``, 1e10), ``guards`` (your own
+        :class:`mjxrunner.guards.Guard` s), ``latency`` (an
+        :class:`mjxrunner.events.Latency` or an int number of control steps),
+        ``pushes`` (an :class:`mjxrunner.events.Pushes`) and ``collision_enabled``
+        (default True); see :func:`mjxrunner.engine.configure`.
 
     Guards with policy ``"warn"`` or ``"raise"`` read their flags back after every
     step. The state after construction (and after :meth:`build_default`) is the
@@ -123,6 +136,10 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         )
         self._mj_model = mj_model
         self._policies = {"overflow": overflow_policy, "instability": instability_policy}
+        # The runner passes its contact switch to each step as values (collide flags),
+        # so switching never recompiles; its engine's config keeps the default.
+        self._collisions = config.collisions
+        config = config.replace(collisions=True)
         self._set_engine(engine.build(mj_model, config, seed=seed, keyframe=keyframe))
         self._origins, self._layout = layout.linear(num_envs, 0.0), "linear"
         if devices is not None:
@@ -178,6 +195,20 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
     overflow_policy = property(lambda self: self._policies["overflow"])
     instability_policy = property(lambda self: self._policies["instability"])
     guards = property(lambda self: self._eng.config.guards, doc="The guards of every step.")
+    latency = property(
+        lambda self: self._eng.config.latency, doc="The action latency (None: none)."
+    )
+
+    @property
+    def pushes(self) -> Any:
+        """The random pushes (:class:`mjxrunner.events.Pushes`; None: none)."""
+        plan = self._eng.config.pushes
+        return None if plan is None else plan.pushes
+
+    collision_enabled = property(
+        lambda self: self._collisions,
+        doc="Whether steps collide (``set_collision_enabled``; ``step(collide=)`` per step).",
+    )
 
     @property
     def max_qvel(self) -> float:
@@ -255,25 +286,64 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
 
     # --- stepping -----------------------------------------------------------------
 
-    def step(self, dt: float | None = None, substeps: int = 1) -> None:
+    def step(self, dt: float | None = None, substeps: int = 1, collide: Any = None) -> None:
         """Advances every world by ``dt`` in ``substeps`` solver calls.
 
         Args:
           dt: step length in seconds; None means ``substeps * timestep``.
           substeps: solver calls per step, each of ``dt / substeps`` seconds. Each
             distinct value compiles once.
+          collide: None (:attr:`collision_enabled`), or a bool or ``(num_envs,)``
+            bool for this step only: worlds with False ignore every contact (see
+            :func:`mjxrunner.core.without_contacts`). Values never recompile.
         """
         substeps = checks.count(substeps, "substeps")
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
+        collide = self._collide(collide)
         eng = self._eng
         # The default model is an argument only when a redraw can need it: fewer leaves
         # to dispatch on every call.
         default_model = eng.default_model if _redraws_in_step(eng.config) else None
         model, new = _advance(
-            eng.config, eng.model, default_model, eng.ref, eng.state, self._scratch, dt, substeps
+            eng.config,
+            eng.model,
+            default_model,
+            eng.ref,
+            eng.state,
+            self._scratch,
+            dt,
+            substeps,
+            collide,
         )
         self._swap(eng.replace(model=eng.model if model is None else model, state=new))
+
+    def _collide(self, collide: Any) -> np.ndarray | None:
+        """The validated ``collide`` flags of a step (None: the runner's setting), as
+        ``(num_envs,)`` bool, or None where every world collides: the step of a
+        runner that never switches contacts off."""
+        n = self.num_envs
+        if collide is None:
+            collide = self._collisions
+        if isinstance(collide, (bool, np.bool_)):
+            flags = np.full((n,), bool(collide))
+        else:
+            flags = checks.bool_vector(collide, "collide", (n,))
+        if flags.all():
+            return None
+        return self._put(flags) if self.mesh is not None else flags
+
+    def set_collision_enabled(self, enabled: bool) -> None:
+        """Switches contacts on or off in every world for the steps to come.
+
+        Off, each contact is kept out of the solver by its margin (see
+        :func:`mjxrunner.core.without_contacts`): nothing in the model or state
+        changes and resets keep the setting. A value passed to every step: switching
+        never recompiles (the first step with contacts off compiles once).
+        """
+        if not isinstance(enabled, (bool, np.bool_)):
+            raise TypeError(f"enabled must be a bool, got {enabled!r}")
+        self._collisions = bool(enabled)
 
     def _swap(self, new: engine.Engine) -> None:
         """Makes ``new`` current, the old state the scratch buffer, then applies the
@@ -309,7 +379,12 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         return failed
 
     def rollout(
-        self, actions_or_policy: Any, n_steps: int, dt: float | None = None, substeps: int = 1
+        self,
+        actions_or_policy: Any,
+        n_steps: int,
+        dt: float | None = None,
+        substeps: int = 1,
+        collide: Any = None,
     ) -> Any:
         """Runs ``n_steps`` steps in one compiled ``lax.scan`` (see :func:`core.rollout`).
 
@@ -320,6 +395,7 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
           n_steps: number of steps.
           dt: as in :meth:`step`.
           substeps: as in :meth:`step`.
+          collide: as in :meth:`step`, for every step of the rollout.
 
         Returns:
           The trajectory ``(qpos (n_steps, num_envs, nq), qvel (n_steps, num_envs, nv))``
@@ -330,6 +406,7 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         substeps = checks.count(substeps, "substeps")
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
+        collide = self._collide(collide)
         fn = _roll_policy if callable(actions_or_policy) else _roll_actions
         if not callable(actions_or_policy):
             shape = (n_steps, self.num_envs, self.action_dim())
@@ -346,13 +423,14 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
             n_steps,
             dt,
             substeps,
+            collide,
         )
         self._swap(eng.replace(state=new))
         return trajectory
 
     # --- resets -------------------------------------------------------------------
 
-    def reset(self, mask: Any = None) -> None:
+    def reset(self, mask: Any = None, update_fk: bool = True) -> None:
         """Restores worlds from the default snapshot (see DESIGN's reset rules).
 
         Args:
@@ -360,23 +438,97 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
             restores the world-indexed leaves of the selected worlds and leaves
             shared leaves alone; with shape ``(num_envs + 1,)`` the last entry also
             restores the shared leaves whole.
+          update_fk: recompute the restored worlds' kinematics (``xpos``, ``xquat``,
+            ``geom_xpos``, ``site_xpos``, ``subtree_com``, ...) with their restored
+            parameters, so they match ``qpos`` even after a parameter change since
+            the snapshot. False restores the snapshot's values as they are.
+
+        The restored worlds start new episodes: delays and push times are drawn
+        anew from their streams.
         """
         n = self.num_envs
         if mask is not None:
             mask = checks.bool_vector(mask, "mask", (n, n + 1))
+        update_fk = _flag(update_fk, "update_fk")
         eng = self._eng
         model, state = _restore(
-            eng.config, eng.model, eng.default_model, eng.ref, eng.state, eng.default, mask
+            eng.config,
+            eng.model,
+            eng.default_model,
+            eng.ref,
+            eng.state,
+            eng.default,
+            mask,
+            None,
+            update_fk,
         )
         self._eng = eng.replace(model=model, state=state)
 
-    def reset_all(self) -> None:
+    def reset_all(self, update_fk: bool = True) -> None:
         """Restores every world and every shared leaf; the RNG keeps advancing."""
-        self.reset(None)
+        self.reset(None, update_fk)
 
-    def reset_envs(self, env_ids: Any) -> None:
+    def reset_envs(self, env_ids: Any, update_fk: bool = True) -> None:
         """Restores the world-indexed leaves of ``env_ids``; shared leaves untouched."""
-        self.reset(checks.ids_mask(env_ids, self.num_envs))
+        self.reset(checks.ids_mask(env_ids, self.num_envs), update_fk)
+
+    # --- MuJoCo state vectors -----------------------------------------------------------
+
+    def get_state(
+        self, spec: Any = mujoco.mjtState.mjSTATE_FULLPHYSICS, env_ids: Any = None
+    ) -> np.ndarray:
+        """Each world's MuJoCo state vector, as ``mujoco.mj_getState`` gives it.
+
+        Args:
+          spec: a ``mujoco.mjtState`` (``mjSTATE_PHYSICS``, ``mjSTATE_FULLPHYSICS``,
+            ``mjSTATE_QPOS``, ...) or an int bitmask of them.
+          env_ids: None (every world) or unique world indices.
+
+        Returns:
+          NumPy ``(num_envs, mj_stateSize(m, spec))``, or ``(len(env_ids), ...)``
+          rows in the order given. ``mjSTATE_CTRL`` reads the controls set with
+          :meth:`set_actions` (the command, before any latency).
+        """
+        spec = engine.state_spec(self._mj_model, spec)
+        ids = None if env_ids is None else checks.env_ids(env_ids, self.num_envs)
+        eng = self._eng
+        out = host_copy(_get_state(eng.config, eng.model, eng.state, spec))
+        return out if ids is None else out[ids]
+
+    def set_state(
+        self,
+        states: Any,
+        env_ids: Any = None,
+        spec: Any = mujoco.mjtState.mjSTATE_FULLPHYSICS,
+        update_fk: bool = True,
+    ) -> None:
+        """Sets worlds from MuJoCo state vectors (``mujoco.mj_setState``'s layout).
+
+        Args:
+          states: ``(num_envs, size)`` with ``env_ids=None``, else
+            ``(len(env_ids), size)``, ``size = mj_stateSize(m, spec)``: finite
+            numbers, e.g. rows of :meth:`get_state` or of native ``mj_getState``.
+          env_ids: None (every world) or unique world indices.
+          spec: as in :meth:`get_state`.
+          update_fk: recompute those worlds' kinematics from the new ``qpos``
+            (``mj_setState`` does not; quaternions come back normalized).
+
+        ``mjSTATE_CTRL`` also sets the controls. Counters, flags, latency queues and
+        push timers are not part of a MuJoCo state and are left as they are.
+        """
+        spec = engine.state_spec(self._mj_model, spec)
+        update_fk = _flag(update_fk, "update_fk")
+        n = self.num_envs
+        ids = np.arange(n) if env_ids is None else checks.env_ids(env_ids, n)
+        size = mujoco.mj_stateSize(self._mj_model, spec)
+        values = checks.finite_array(states, "states", (len(ids), size), backend.float_dtype())
+        full = np.zeros((n, size), values.dtype)
+        full[ids] = values
+        mask = np.zeros((n,), bool)
+        mask[ids] = True
+        eng = self._eng
+        state = _set_state(eng.config, eng.model, eng.state, full, mask, spec, update_fk)
+        self._eng = eng.replace(state=state)
 
     def build_default(self) -> None:
         """Makes the current state and model the snapshot that resets restore."""
@@ -533,6 +685,26 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         self._eng = eng.replace(config=eng.config.replace(randomization=rand), ref=ref)
         if rand is not None and at_startup:
             self.randomize()
+
+    def set_latency(self, latency: Any) -> None:
+        """Sets the action latency (see :class:`mjxrunner.events.Latency`).
+
+        Args:
+          latency: a ``Latency``, an int (a fixed delay in control steps) or None
+            (off: no queue, the step without latency).
+
+        Every world draws its delay now, as on a reset, and its queue holds its
+        current control. Changes the state's structure: compiles the step once.
+        """
+        self._set_engine(engine.with_events(self._eng, latency, self.pushes, self._mj_model))
+
+    def set_pushes(self, pushes: Any) -> None:
+        """Sets the random pushes (see :class:`mjxrunner.events.Pushes`; None: off).
+
+        Every world draws the steps to its first push now, as on a reset. Pushes
+        compose with randomization terms, latency and resets. Compiles the step once.
+        """
+        self._set_engine(engine.with_events(self._eng, self.latency, pushes, self._mj_model))
 
     def randomize(self, env_ids: Any = None) -> None:
         """Redraws the declared randomized parameters of all worlds or of ``env_ids``."""

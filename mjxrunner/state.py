@@ -12,6 +12,36 @@ from mjxrunner.worlds import pytree_dataclass, world_field
 
 
 @pytree_dataclass
+class LatencyState:
+    """Per-world action latency (:class:`mjxrunner.events.Latency`).
+
+    Attributes:
+      queue: ``(num_envs, max_delay + 1, nu)`` the world's last commands, newest
+        first: slot ``k`` holds the command of ``k`` steps ago, the one a delay of
+        ``k`` sends to the physics now. A (re)started world's slots all hold its
+        start's ``ctrl``.
+      delay: ``(num_envs,)`` int32, the steps this episode's commands wait.
+    """
+
+    queue: jax.Array = world_field(2)
+    delay: jax.Array = world_field(0)
+
+
+@pytree_dataclass
+class PushState:
+    """Per-world random pushes (:class:`mjxrunner.events.Pushes`).
+
+    Attributes:
+      countdown: ``(num_envs,)`` int32, steps until the next push: the step that
+        brings it to 0 pushes, then a new interval is drawn.
+      pushed: ``(num_envs,)`` bool, the last step pushed this world.
+    """
+
+    countdown: jax.Array = world_field(0)
+    pushed: jax.Array = world_field(0)
+
+
+@pytree_dataclass
 class RunnerState:
     """State of ``num_envs`` worlds.
 
@@ -21,7 +51,8 @@ class RunnerState:
 
     Attributes:
       data: batched ``mjx.Data``; per-world leaves are ``(num_envs, *core_shape)``.
-      ctrl: ``(num_envs, nu)`` controls written into ``data.ctrl`` at every step.
+      ctrl: ``(num_envs, nu)`` commands, written into ``data.ctrl`` at every step
+        (with action latency, the queue's delayed command is written instead).
       episode_length: ``(num_envs,)`` int32, steps since each world's last reset.
       terminated: ``(num_envs,)`` bool, the episode ended in a terminal state.
       truncated: ``(num_envs,)`` bool, the episode was cut short (time limit, ...).
@@ -35,6 +66,9 @@ class RunnerState:
         guard's trips and of resets; like ``rng``, never restored by a reset.
       user: the user's own pytree (None by default). Its leaves follow the
         world-axis rule: declared dataclass fields are per world, bare arrays shared.
+      latency: :class:`LatencyState` with action latency on, else None (no buffer,
+        the step as without it).
+      pushes: :class:`PushState` with random pushes on, else None.
     """
 
     data: mjx.Data
@@ -47,6 +81,8 @@ class RunnerState:
     tripped: dict[str, jax.Array] = world_field(0, default_factory=dict)
     health: HealthCounts | None = None
     user: Any = None
+    latency: LatencyState | None = None
+    pushes: PushState | None = None
 
     @property
     def num_envs(self) -> int:
