@@ -35,13 +35,17 @@ terrain against a fixed window of the grid, ``ceil(2 * rbound / resolution) + 1`
 cells a side (two prisms per cell), wherever the geom is, and keeps 4 contacts per
 pair, so the cost follows the resolution and the size of the colliding geoms, never
 the terrain's extent. The ant's shin capsules (bounding radius 0.27 m) see 7 x 7
-cells at 0.1 m; spheres of 5 cm at its feet see 2 x 2. Measured on 2 CPU cores
-(``benchmarks/terrain_cost.py``, 64 and 256 worlds), the capsule ant on terrain
-runs at 1/5 to 1/10 of its flat-floor rate at 0.1 m and 1/20 at 0.05 m, the
-sphere-footed ant (``scene(feet=ANT_FEET)``) at 1/1.3 to 1/2 at 0.1 m. So the
-resolution defaults to 0.1 m (fine enough for 2 cm steps and a 0.2 m rough grid;
-0.05 m costs the sphere-footed ant another factor 1.5 to 2, for ramps half as
-wide), and a locomotion task should use sphere feet.
+cells at 0.1 m; spheres of 5 cm at its feet see 2 x 2. Measured on 2 shared CPU
+cores over three runs (``benchmarks/terrain_cost.py``, 64 and 256 worlds, rates as
+fractions of the flat-floor ant's in the same run): the capsule ant 0.09 to 0.33 at
+0.1 m and 0.04 to 0.06 at 0.05 m; with sphere feet (``scene(feet=ANT_FEET)``) 0.53
+to 0.92 at 0.1 m and 0.40 to 0.60 at 0.05 m. So the resolution defaults to 0.1 m
+(fine enough for 2 cm steps and a 0.2 m rough grid; 0.05 m costs the sphere-footed
+ant another 1.3 to 2 times, its torso's window growing to 11 x 11, for ramps half
+as wide), and a locomotion task should use sphere feet. Either way MJX-jax allocates
+4 contacts per terrain pair: the ant has 20 contacts and 68 constraint rows per
+world instead of 9 and 35 on its plane, which are also the Warp capacities to give
+(``naconmax = 20 * num_envs``, ``njmax = 68``).
 
 Curriculum (Isaac Lab's rule, written here for per-world JAX arrays): when a world's
 episode ends, with ``walked`` the horizontal distance from its spawn point to where
@@ -69,7 +73,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from mjxrunner import checks
+from mjxrunner import checks, models
 from mjxrunner.worlds import pytree_dataclass, world_field
 
 TYPES = ("flat", "slope_up", "slope_down", "stairs_up", "stairs_down", "rough")
@@ -245,23 +249,42 @@ class Terrain:
     column_types: tuple[str, ...]
 
     def surface_height(self, xy: Any) -> np.ndarray:
-        """Ground height under points ``xy`` ``(..., 2)``, as MuJoCo builds the
-        surface: each grid cell split into two triangles along the diagonal from
-        its ``(r, c)`` to its ``(r + 1, c + 1)`` corner. Points off the grid take
-        the nearest edge's height."""
+        """Ground height under points ``xy`` ``(..., 2)``, float64 (see
+        :func:`ground_height`)."""
         xy = np.asarray(xy, np.float64)
-        res = self.config.resolution
-        ny, nx = self.heights.shape
-        gx = np.clip((xy[..., 0] - self.corner[0]) / res, 0, nx - 1)
-        gy = np.clip((xy[..., 1] - self.corner[1]) / res, 0, ny - 1)
-        c = np.minimum(np.floor(gx).astype(int), nx - 2)
-        r = np.minimum(np.floor(gy).astype(int), ny - 2)
-        u, v = gx - c, gy - r
-        h = self.heights
-        h00, h10, h01, h11 = h[r, c], h[r, c + 1], h[r + 1, c], h[r + 1, c + 1]
-        upper = h00 + v * (h01 - h00) + u * (h11 - h01)  # triangle (0,0), (1,1), (0,1)
-        lower = h00 + u * (h10 - h00) + v * (h11 - h10)  # triangle (0,0), (1,0), (1,1)
-        return np.where(v >= u, upper, lower)
+        return ground_height(self.heights, self.corner, self.config.resolution, xy, np)
+
+
+def ground_height(heights: Any, corner: Any, resolution: float, xy: Any, xp: Any = jnp) -> Any:
+    """Ground height under points ``xy`` ``(..., 2)``, as MuJoCo builds the surface:
+    each grid cell split into two triangles along the diagonal from its ``(r, c)`` to
+    its ``(r + 1, c + 1)`` corner. Points off the grid take the nearest edge's height.
+
+    Pure and jit-able with ``xp=jax.numpy`` (the default), e.g. for a task's
+    termination on the torso's height above the ground or a height scan; ``xp=numpy``
+    for host arrays.
+
+    Args:
+      heights: ``(ny, nx)``, :attr:`Terrain.heights`.
+      corner: ``(2,)``, :attr:`Terrain.corner`.
+      resolution: the grid spacing, in metres.
+      xy: ``(..., 2)`` points.
+      xp: the array module, ``jax.numpy`` or ``numpy``.
+
+    Returns:
+      ``(...,)`` heights.
+    """
+    ny, nx = heights.shape
+    gx = xp.clip((xy[..., 0] - corner[0]) / resolution, 0, nx - 1)
+    gy = xp.clip((xy[..., 1] - corner[1]) / resolution, 0, ny - 1)
+    c = xp.minimum(xp.floor(gx).astype(int), nx - 2)
+    r = xp.minimum(xp.floor(gy).astype(int), ny - 2)
+    u, v = gx - c, gy - r
+    h00, h10 = heights[r, c], heights[r, c + 1]
+    h01, h11 = heights[r + 1, c], heights[r + 1, c + 1]
+    upper = h00 + v * (h01 - h00) + u * (h11 - h01)  # triangle (0,0), (1,1), (0,1)
+    lower = h00 + u * (h10 - h00) + v * (h11 - h10)  # triangle (0,0), (1,0), (1,1)
+    return xp.where(v >= u, upper, lower)
 
 
 def _tile(config: TerrainConfig, kind: str, level: int, column: int) -> np.ndarray:
@@ -428,8 +451,6 @@ def scene(
       TypeError, ValueError: a bad config, an unknown robot, no geom ``floor``, or
         a foot site that does not exist or whose body has no colliding geom.
     """
-    from mjxrunner import models
-
     config = TerrainConfig() if config is None else config
     checks.real(foot_radius, "foot_radius", positive=True)
     if isinstance(feet, str):
@@ -682,6 +703,7 @@ __all__: Sequence[str] = (
     "difficulty",
     "end_episodes",
     "generate",
+    "ground_height",
     "init",
     "initial_levels",
     "next_levels",

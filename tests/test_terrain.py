@@ -183,6 +183,14 @@ def test_scene_puts_the_heights_where_the_terrain_says(ant_scene):
     hit = [5.0 - mujoco.mj_rayHfield(m, d, g, np.array([x, y, 5.0]), down) for x, y in xy]
     np.testing.assert_allclose(hit, t.surface_height(xy), atol=1e-6)
     assert np.ptp(hit) > 0.5  # the rays met hills and pits, not only flat ground
+    # the JAX twin, as a task would call it under jit (float32)
+    on_device = jax.jit(terrain.ground_height, static_argnums=2)(
+        jnp.asarray(t.heights, jnp.float32),
+        jnp.asarray(t.corner, jnp.float32),
+        RES,
+        jnp.asarray(xy, jnp.float32),
+    )
+    np.testing.assert_allclose(on_device, hit, atol=1e-5)
 
 
 def test_sphere_feet_replace_the_shins_contacts():
