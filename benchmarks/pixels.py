@@ -13,8 +13,9 @@ kernel build or cache load) and, apart from that, the steady state: the median o
 Env part (``--part env``): ``cartpole_balance_pixels`` (one RGB camera at each size,
 three frames stacked, rendered every step) against ``cartpole_balance`` (state
 observation), both impl "warp", autoreset ``"next_step"``, uniform random actions:
-``--env-steps`` env steps in one compiled ``lax.scan``; the first call (compile and
-Warp's kernel load) apart from the median of ``--reps`` timed calls.
+``--env-steps`` env steps in one compiled ``lax.scan``; XLA's compiles
+(``lower().compile()``) and the first call (Warp's kernel load) apart from the
+median of ``--reps`` timed calls, with their spread ((max - min) / median).
 
     .venv/bin/python -m benchmarks.pixels --num-envs 64 256 --sizes 64 128
     .venv/bin/python -m benchmarks.pixels --part env --num-envs 64 256 1024
@@ -116,25 +117,33 @@ def _env_scan(steps: int):
 
 
 def measure_env(task, num_envs: int, device, steps: int, reps: int) -> dict:
-    """Env steps/s of ``task`` on ``num_envs`` worlds (impl "warp"): compile apart
-    from the steady state."""
-    t0 = time.perf_counter()
+    """Env steps/s of ``task`` on ``num_envs`` worlds (impl "warp"): XLA compiles
+    (``lower().compile()``) and the first call (Warp's kernel load) apart from the
+    steady state."""
     env = mjxenv.make(task, num_envs, impl="warp", device=device)
-    make_s = time.perf_counter() - t0
-    state, reset_s = _timed(mjxenv.jit_reset, env, jax.random.key(0))
+    key = jax.random.key(0)
+    t0 = time.perf_counter()
+    reset = mjxenv.jit_reset.lower(env, key).compile()
+    reset_compile_s = time.perf_counter() - t0
+    state = jax.block_until_ready(reset(env, key))
     run = _env_scan(steps)
-    state, first_s = _timed(run, env, state, jax.random.key(1))
+    t0 = time.perf_counter()
+    scan = run.lower(env, state, key).compile()
+    scan_compile_s = time.perf_counter() - t0
+    state, first_s = _timed(scan, env, state, jax.random.key(1))
     times = []
     for r in range(reps):
-        state, seconds = _timed(run, env, state, jax.random.key(2 + r))
+        state, seconds = _timed(scan, env, state, jax.random.key(2 + r))
         times.append(seconds)
     return {
         "task": task.name,
         "num_envs": num_envs,
-        "make_s": make_s,
-        "reset_compile_s": reset_s,
-        "scan_compile_s": first_s,
+        "steps_per_scan": steps,
+        "reset_compile_s": reset_compile_s,
+        "scan_compile_s": scan_compile_s,
+        "first_scan_s": first_s,
         "steps_per_s": num_envs * steps / float(np.median(times)),
+        "spread": (max(times) - min(times)) / float(np.median(times)),
     }
 
 
@@ -158,7 +167,8 @@ def _print_env_row(r: dict, args) -> None:
     what = "state" if r["size"] is None else f"{r['size']}x{r['size']} rgb"
     print(
         f"env {r['num_envs']} worlds, {what}: {r['steps_per_s']:,.0f} steps/s, compile "
-        f"reset {r['reset_compile_s']:.1f} s, scan {r['scan_compile_s']:.1f} s",
+        f"reset {r['reset_compile_s']:.1f} s, step scan {r['scan_compile_s']:.1f} s, first "
+        f"scan {r['first_scan_s']:.1f} s",
         flush=True,
     )
 
@@ -219,17 +229,20 @@ def main() -> None:
                 f"{r['context_s']:>9.1f}"
             )
     if "env_rows" in out:
-        print("| worlds | observation | env steps/s | vs state | compile: reset s | scan s |")
-        print("| ---: | --- | ---: | ---: | ---: | ---: |")
+        print(
+            "| worlds | observation | env steps/s | vs state | spread | compile: reset s "
+            "| step scan s |"
+        )
+        print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
         state = {}
         for r in out["env_rows"]:
             if r["size"] is None:
                 state[r["num_envs"]] = r["steps_per_s"]
-            what = "state (5,)" if r["size"] is None else f"rgb {r['size']}x{r['size']} x3"
+            what = "state (5,)" if r["size"] is None else f"rgb {r['size']}x{r['size']}, 3 stacked"
             ratio = r["steps_per_s"] / state[r["num_envs"]]
             print(
                 f"| {r['num_envs']} | {what} | {r['steps_per_s']:,.0f} | {ratio:.3f}x | "
-                f"{r['reset_compile_s']:.1f} | {r['scan_compile_s']:.1f} |"
+                f"{r['spread']:.0%} | {r['reset_compile_s']:.1f} | {r['scan_compile_s']:.1f} |"
             )
 
 

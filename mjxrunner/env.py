@@ -52,6 +52,20 @@ over the ``"worlds"`` axis, restarts included), per-world parameters
 (:meth:`Env.with_randomization`), guards (:mod:`mjxrunner.guards`) and checkpoints
 (:func:`save`, :func:`load`). The engine (:mod:`mjxrunner.engine`) does the work.
 
+Pixels: for a task with ``Task.pixels`` (a :class:`~mjxrunner.pixels.PixelSpec`,
+impl "warp" only) the env owns a render context for its worlds (one per device when
+sharded; several CPU devices are refused, as they share one Warp device) and renders
+inside the compiled step, after the physics: bodies, cameras and lights are posed
+for the new ``qpos`` (:meth:`PixelRenderer.pose`), the render token is carried in
+the runner's data, and the frames join the observation as terms (``"pixels"``,
+``"depth"``, ``"segmentation"``) before noise and history, so frame stacking is the
+history of ``"pixels"``. ``PixelSpec.every = k`` renders every k-th step and shows
+the last frames in between (``EnvState.last_frames``). MJX renders all worlds of a
+context at once, so restarted worlds are rendered in a second context of
+``restart_slots`` worlds, gathered a pass of slots at a time: a restart changes
+only the restarted worlds' frames and costs about ``slots / num_envs`` of a full
+render per pass; a step without restarts renders once (``lax.cond``).
+
 Guards: a world that trips a guard with policy ``"truncate"`` (by default the
 instability guard, the Warp overflow guard and the non-finite-action guard) is
 ``truncated`` in that step, so autoreset restarts it; ``nonfinite`` shows the

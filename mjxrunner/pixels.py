@@ -10,13 +10,22 @@ impl ``"warp"``; it runs on CUDA and, slowly, on CPU. Two parts:
   owns the render context (Warp's buffers and scene BVH, sized for a fixed number of
   worlds) and offers the pure function :meth:`PixelRenderer.render`
   ``(model, data) -> (data, frames)`` to call inside ``jit``, ``lax.scan`` or
-  ``shard_map``.
+  ``shard_map``, and :meth:`PixelRenderer.observe`, which first poses bodies,
+  cameras and lights for the data's ``qpos`` (:meth:`PixelRenderer.pose`).
+
+The env (:mod:`mjxrunner.env`) renders a task's ``PixelSpec`` inside its step and
+adds the frames to the observation as the terms of :data:`TERMS`.
 
 Facts of MJX 3.17 this module is built around (checked on this project's machines):
 
 * The scene BVH holds every world's geom bounds and is not updated by the render:
   without ``mjx.refit_bvh`` first, geoms that moved since the context was made are
   missed. :meth:`~PixelRenderer.render` always refits, then renders.
+* After ``mjx.step`` the data's poses (``geom_xpos``, ``cam_xpos``, ...) are those
+  of the state the step started from (its forward pass comes first), and MJX-Warp's
+  ``mjx.kinematics`` updates bodies and geoms but not cameras and lights:
+  :meth:`~PixelRenderer.pose` recomputes all of them from ``qpos`` by MuJoCo's
+  camlight rules (checked against ``mj_forward`` for every camera and light mode).
 * Both calls read and return ``data._impl._jax_token``; the returned data must be
   carried on (it orders the next refit after this render, and this render after the
   physics that produced ``data``). Nothing else in the data changes.
