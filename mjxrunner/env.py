@@ -52,6 +52,20 @@ over the ``"worlds"`` axis, restarts included), per-world parameters
 (:meth:`Env.with_randomization`), guards (:mod:`mjxrunner.guards`) and checkpoints
 (:func:`save`, :func:`load`). The engine (:mod:`mjxrunner.engine`) does the work.
 
+Pixels: for a task with ``Task.pixels`` (a :class:`~mjxrunner.pixels.PixelSpec`,
+impl "warp" only) the env owns a render context for its worlds (one per device when
+sharded; several CPU devices are refused, as they share one Warp device) and renders
+inside the compiled step, after the physics: bodies, cameras and lights are posed
+for the new ``qpos`` (:meth:`PixelRenderer.pose`), the render token is carried in
+the runner's data, and the frames join the observation as terms (``"pixels"``,
+``"depth"``, ``"segmentation"``) before noise and history, so frame stacking is the
+history of ``"pixels"``. ``PixelSpec.every = k`` renders every k-th step and shows
+the last frames in between (``EnvState.last_frames``). MJX renders all worlds of a
+context at once, so restarted worlds are rendered in a second context of
+``restart_slots`` worlds, gathered a pass of slots at a time: a restart changes
+only the restarted worlds' frames and costs about ``slots / num_envs`` of a full
+render per pass; a step without restarts renders once (``lax.cond``).
+
 Guards: a world that trips a guard with policy ``"truncate"`` (by default the
 instability guard, the Warp overflow guard and the non-finite-action guard) is
 ``truncated`` in that step, so autoreset restarts it; ``nonfinite`` shows the
@@ -80,6 +94,7 @@ from mjxrunner import (
     normalize,
     observations,
     params,
+    pixels,
     sharding,
 )
 from mjxrunner import guards as guards_
@@ -131,6 +146,22 @@ class EpisodeStats:
 
 
 @pytree_dataclass
+class LastFrames:
+    """The frames a pixel env rendered last, kept when it renders every k-th step
+    (``PixelSpec.every > 1``) to be shown again in between.
+
+    Attributes:
+      frames: ``{kind: (num_envs, ...)}`` as :meth:`PixelRenderer.render` gives them
+        (``"rgb"``, ``"depth"``, ``"segmentation"``); a restarted world's are those
+        of its fresh start.
+      age: ``()`` int32, steps since the last render of every world (0: this step's).
+    """
+
+    frames: Any = world_field(BATCHED)
+    age: jax.Array = world_field(0)
+
+
+@pytree_dataclass
 class EnvState:
     """State of ``num_envs`` worlds of a task, after a reset or a step.
 
@@ -158,6 +189,8 @@ class EnvState:
       history: ``{term: (num_envs, k, *term)}`` the last ``k`` noisy values of each
         term with a history (``""`` names an array observation), oldest first,
         before normalization; None without history.
+      last_frames: a pixel env's last rendered frames when it renders every k-th
+        step (:class:`LastFrames`), else None.
     """
 
     runner: RunnerState
@@ -170,6 +203,7 @@ class EnvState:
     obs_norm: normalize.ObsNorm | None = None
     info: Any = world_field(BATCHED, default=None)
     history: Any = world_field(BATCHED, default=None)
+    last_frames: LastFrames | None = None
 
     @property
     def terminated(self) -> jax.Array:
@@ -230,6 +264,13 @@ class Env:
         :meth:`with_obs_normalization`).
       pipeline: the task's observation noise and history, checked against its
         observation (static; :mod:`mjxrunner.observations`).
+      renderer: for a task with pixels (``Task.pixels``), the
+        :class:`~mjxrunner.pixels.PixelRenderer` made for this env's worlds and
+        devices (static, compared by identity: copies of the env share it and their
+        compiled functions); else None.
+      restart_renderer: a second one for ``restart_slots`` worlds (per device),
+        which renders restarted worlds only, a pass of slots at a time; None when a
+        pass holds every world or the task has no pixels (static).
     """
 
     task: Task = static_field()
@@ -245,6 +286,8 @@ class Env:
     restart_slots: int = static_field(default=1)
     normalize: normalize.Spec | None = static_field(default=None)
     pipeline: observations.Pipeline = static_field(default=observations.NONE)
+    renderer: pixels.PixelRenderer | None = static_field(default=None)
+    restart_renderer: pixels.PixelRenderer | None = static_field(default=None)
 
     @property
     def num_envs(self) -> int:
@@ -388,11 +431,12 @@ class Env:
         if mesh is not None:
             sharding.check_divisible(self.num_envs, mesh)
         config = self.config.replace(mesh=mesh)
+        renderers = _renderers(self.task, self.host.mj_model, config, self.restart_slots)
         placed = {
             f: engine.put(getattr(self, f), config)
             for f in ("mode", "model", "start", "low", "high")
         }
-        return self.replace(config=config, **placed)
+        return self.replace(config=config, **renderers, **placed)
 
 
 def _mode_code(autoreset: Any) -> int:
@@ -489,9 +533,19 @@ def make(
     if restart_slots is None:
         restart_slots = -(-num_envs // 8)
     restart_slots = checks.count(restart_slots, "restart_slots")
+    if task.pixels is not None and backend.check_impl(impl) != "warp":
+        raise ValueError(
+            f"task {task.name!r} observes pixels, which MJX renders only with MuJoCo "
+            f"Warp (mjx.render has no impl {impl!r}): make the env with impl='warp'"
+        )
     m = load_any(task.model if model is None else model)
     if m.nu == 0:
         raise ValueError(f"task {task.name!r}: the model has no actuators to act with")
+    if task.pixels is not None:
+        try:
+            pixels.camera_ids(m, task.pixels)
+        except ValueError as e:
+            raise ValueError(f"task {task.name!r}: {e}") from None
     if task.keyframe is not None:
         try:
             keyframe_id(m, task.keyframe)
@@ -543,7 +597,30 @@ def make(
         env = env.with_obs_normalization(normalize_obs, clip=obs_clip)
     if reset_pool:
         env = env.with_reset_pool(reset_pool, jax.random.key(pool_seed))
-    return env if devices is None else env.shard(devices)
+    if devices is not None:
+        return env.shard(devices)  # makes the renderers for the devices
+    return env.replace(**_renderers(task, m, config, restart_slots))
+
+
+def _renderers(
+    task: Task, m: mujoco.MjModel, config: engine.Config, slots: int
+) -> dict[str, pixels.PixelRenderer | None]:
+    """A pixel task's render contexts (``renderer``, ``restart_renderer``): on the
+    env's device, or one per device of its mesh; a ValueError naming the task where
+    they cannot be made. Both None for a task without pixels."""
+    if task.pixels is None:
+        return {"renderer": None, "restart_renderer": None}
+    where = config.backend.device if config.mesh is None else config.mesh
+    devices = 1 if config.mesh is None else config.mesh.devices.size
+    make = lambda n: pixels.PixelRenderer(  # noqa: E731
+        m, n, task.pixels, impl=config.backend.impl, devices=where
+    )
+    try:
+        renderer = make(config.num_envs)
+        small = slots < renderer.worlds_per_device
+        return {"renderer": renderer, "restart_renderer": make(slots * devices) if small else None}
+    except ValueError as e:
+        raise ValueError(f"task {task.name!r}: {e}") from None
 
 
 # --- restarting worlds -------------------------------------------------------------
@@ -595,8 +672,11 @@ def _one_world_observation(task: Task, model: mjx.Model, start: mjx.Data) -> Any
 
 
 def _raw_spec(task: Task, model: FlatModel, start: mjx.Data) -> Any:
-    """One world's raw observation as ``ShapeDtypeStruct`` (s)."""
-    return jax.eval_shape(lambda m, d: _one_world_observation(task, m, d), model.tree, start)
+    """One world's raw observation as ``ShapeDtypeStruct`` (s), pixel terms included."""
+    spec = jax.eval_shape(lambda m, d: _one_world_observation(task, m, d), model.tree, start)
+    if task.pixels is None:
+        return spec
+    return pixels.merge_spec(spec, task.pixels, f"task {task.name!r}")
 
 
 def _derived_keys(keys: jax.Array, stream: int) -> jax.Array:
@@ -619,25 +699,100 @@ class _Seen:
       info: the task's per-world state (None without one).
       history: the terms' histories (None without history).
       obs: what the policy receives, before normalization.
+      frames: the raw frames kept between renders (``LastFrames.frames``), or None.
     """
 
     info: Any = world_field(BATCHED)
     history: Any = world_field(BATCHED)
     obs: Any = world_field(BATCHED)
+    frames: Any = world_field(BATCHED, default=None)
 
 
-def _first_seen(env: Env, model: FlatModel, data: mjx.Data, draw: jax.Array) -> _Seen:
+def _keeps_frames(env: Env) -> bool:
+    """Whether states keep the last frames (a pixel env rendering every k-th step)."""
+    return env.renderer is not None and env.task.pixels.every > 1
+
+
+def _first_seen(
+    env: Env,
+    model: FlatModel,
+    data: mjx.Data,
+    draw: jax.Array,
+    mask: jax.Array | None = None,
+    slots: int = 0,
+) -> tuple[mjx.Data, _Seen]:
     """Info, history and observation of fresh starts, from their restart's raw draw
-    keys ``(n, 2)``: the info and the noise draw from sub-streams of them."""
+    keys ``(n, 2)``: the info and the noise draw from sub-streams of them. Only the
+    worlds in ``mask`` (None: all) are used by the caller: a pixel env renders those
+    (see :func:`_restart_frames`) and returns ``data`` with the render's token."""
     info = None
     if env.task.has_info:
         tree = model.tree
         keys = jax.vmap(jax.random.wrap_key_data)(_derived_keys(draw, _INFO_STREAM))
         info = jax.vmap(env.task.initial_info, in_axes=(world_axes(tree), 0, 0))(tree, data, keys)
     obs = _observe(env, model, data, info)
+    frames = None
+    if env.renderer is not None:
+        data, frames = _restart_frames(env, model, data, mask, slots)
+        obs = pixels.merge(obs, frames)
     obs = observations.noisy(env.pipeline, obs, _derived_keys(draw, _NOISE_STREAM))
     history = observations.start_history(env.pipeline, obs)
-    return _Seen(info, history, observations.view(env.pipeline, history, obs))
+    view = observations.view(env.pipeline, history, obs)
+    return data, _Seen(info, history, view, frames if _keeps_frames(env) else None)
+
+
+def _restart_frames(
+    env: Env, model: FlatModel, data: mjx.Data, mask: jax.Array | None, slots: int
+) -> tuple[mjx.Data, dict[str, jax.Array]]:
+    """Frames of the worlds in ``mask`` (others' are zeros), with ``data`` carrying
+    the render token. MJX renders every world of a context at once, so restarted
+    worlds are gathered ``slots`` at a time into the restart renderer's context
+    (a pass per ``slots`` restarts, each costing ``slots / num_envs`` of a full
+    render); without one (or with ``mask`` None) every world is rendered."""
+    small = env.restart_renderer
+    if mask is None or small is None or small.worlds_per_device != slots:
+        return env.renderer.observe(model.tree, data)
+    n, tree = mask.shape[0], model.tree
+    frames = {k: jnp.zeros(s.shape, s.dtype) for k, s in env.renderer.frame_shapes(n).items()}
+
+    def one_pass(carry):
+        token, frames, todo = carry
+        (index,) = jnp.nonzero(todo, size=slots, fill_value=n)  # n: past the end
+        some = take_worlds(data, index)
+        some = pixels.with_render_token(some, token[jnp.minimum(index, n - 1)])
+        some, new = small.observe(take_worlds(tree, index), some)
+        token = token.at[index].set(pixels.render_token(some), mode="drop")
+        frames = {k: v.at[index].set(new[k], mode="drop") for k, v in frames.items()}
+        return token, frames, todo.at[index].set(False, mode="drop")
+
+    start = (pixels.render_token(data), frames, mask)
+    token, frames, _ = jax.lax.while_loop(lambda c: jnp.any(c[2]), one_pass, start)
+    return pixels.with_render_token(data, token), frames
+
+
+def _step_frames(
+    env: Env, model: FlatModel, data: mjx.Data, last: LastFrames | None
+) -> tuple[mjx.Data, dict[str, jax.Array], LastFrames | None]:
+    """A step's frames of the state in ``data``: rendered, or every k-th step only
+    (``last`` kept) with the last frames shown in between (``lax.cond``: a step
+    that does not render costs no render). Returns ``(data with the render token,
+    frames, last)``."""
+    observe = env.renderer.observe
+    if last is None:
+        data, frames = observe(model.tree, data)
+        return data, frames, None
+    due = last.age + 1 >= env.task.pixels.every
+
+    def fresh(data):
+        data, frames = observe(model.tree, data)
+        return pixels.render_token(data), frames
+
+    def again(data):
+        return pixels.render_token(data), last.frames
+
+    token, frames = jax.lax.cond(due, fresh, again, data)
+    age = jnp.where(due, jnp.zeros_like(last.age), last.age + 1)
+    return pixels.with_render_token(data, token), frames, LastFrames(frames, age)
 
 
 def _draws_every_step(env: Env) -> bool:
@@ -726,7 +881,8 @@ def _restart(
         model, runner = engine.reset_local(
             env.config, model, env.model, env.ref, runner, source, mask, jnp.asarray(False)
         )
-        return model, runner, _pick(mask, _first_seen(env, model, runner.data, draw), seen)
+        data, first = _first_seen(env, model, runner.data, draw, mask, slots)
+        return model, runner.replace(data=data), _pick(mask, first, seen)
 
     # Both branches must return the same shapes: give the redrawn fields their world
     # axis first (a no-op once they have it).
@@ -846,7 +1002,7 @@ def _reset_local(
     n = keys.shape[0]
     runner = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
     runner = engine.attach_events(env.config, runner).replace(rng=keys)
-    shapes = jax.eval_shape(_first_seen, env, env.model, runner.data, keys)
+    _, shapes = jax.eval_shape(_first_seen, env, env.model, runner.data, keys)
     # A placeholder: every world restarts.
     seen = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
     everyone = jnp.ones((n,), bool)
@@ -864,6 +1020,7 @@ def _reset_local(
         obs_norm=obs_norm,
         info=seen.info,
         history=seen.history,
+        last_frames=None if seen.frames is None else LastFrames(seen.frames, jnp.int32(0)),
     )
 
 
@@ -944,6 +1101,11 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
             tree, prev.data, action, runner.data, info, keys
         )
     obs = _observe(env, model, runner.data, info)
+    last = state.last_frames
+    if env.renderer is not None:  # after the physics: the frames show the new state
+        data, frames, last = _step_frames(env, model, runner.data, last)
+        runner = runner.replace(data=data)
+        obs = pixels.merge(obs, frames)
     if env.pipeline.random:
         obs = observations.noisy(env.pipeline, obs, _derived_keys(draw, _NOISE_STREAM))
     history = observations.push(env.pipeline, state.history, obs)
@@ -973,7 +1135,8 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     # One compiled step serves every mode: the mode only chooses which worlds restart.
     restart = jnp.where(next_step, prev_done, same_step & done)
     runner = runner.replace(terminated=terminated, truncated=truncated)
-    model, restarted, seen = _restart(env, pool, model, runner, _Seen(info, history, obs), restart)
+    seen = _Seen(info, history, obs, None if last is None else last.frames)
+    model, restarted, seen = _restart(env, pool, model, runner, seen, restart)
     new_obs = seen.obs
     # "same_step" reports the episode that just ended; "next_step" clears the flags.
     runner = restarted.replace(
@@ -1000,6 +1163,7 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         obs_norm=obs_norm,
         info=seen.info,
         history=seen.history,
+        last_frames=None if last is None else last.replace(frames=seen.frames),
     )
 
 
@@ -1029,7 +1193,8 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
 
 def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -> EnvState:
     model = env.model if state.model is None else state.model
-    seen = _Seen(state.info, state.history, state.obs)
+    last = state.last_frames
+    seen = _Seen(state.info, state.history, state.obs, None if last is None else last.frames)
     model, runner, seen = _restart(env, pool, model, state.runner, seen, mask)
     fresh = seen.obs
     if env.normalize is not None:  # scaled, not counted: steps count each world once
@@ -1040,6 +1205,7 @@ def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -
         obs=obs,
         info=seen.info,
         history=seen.history,
+        last_frames=None if last is None else last.replace(frames=seen.frames),
         reward=jnp.where(mask, 0.0, state.reward).astype(state.reward.dtype),
         final_obs=_pick(mask, obs, state.final_obs),
         final_mask=state.final_mask & ~mask,

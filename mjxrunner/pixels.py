@@ -10,13 +10,22 @@ impl ``"warp"``; it runs on CUDA and, slowly, on CPU. Two parts:
   owns the render context (Warp's buffers and scene BVH, sized for a fixed number of
   worlds) and offers the pure function :meth:`PixelRenderer.render`
   ``(model, data) -> (data, frames)`` to call inside ``jit``, ``lax.scan`` or
-  ``shard_map``.
+  ``shard_map``, and :meth:`PixelRenderer.observe`, which first poses bodies,
+  cameras and lights for the data's ``qpos`` (:meth:`PixelRenderer.pose`).
+
+The env (:mod:`mjxrunner.env`) renders a task's ``PixelSpec`` inside its step and
+adds the frames to the observation as the terms of :data:`TERMS`.
 
 Facts of MJX 3.17 this module is built around (checked on this project's machines):
 
 * The scene BVH holds every world's geom bounds and is not updated by the render:
   without ``mjx.refit_bvh`` first, geoms that moved since the context was made are
   missed. :meth:`~PixelRenderer.render` always refits, then renders.
+* After ``mjx.step`` the data's poses (``geom_xpos``, ``cam_xpos``, ...) are those
+  of the state the step started from (its forward pass comes first), and MJX-Warp's
+  ``mjx.kinematics`` updates bodies and geoms but not cameras and lights:
+  :meth:`~PixelRenderer.pose` recomputes all of them from ``qpos`` by MuJoCo's
+  camlight rules (checked against ``mj_forward`` for every camera and light mode).
 * Both calls read and return ``data._impl._jax_token``; the returned data must be
   carried on (it orders the next refit after this render, and this render after the
   physics that produced ``data``). Nothing else in the data changes.
@@ -46,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -62,6 +71,12 @@ from mjxrunner.worlds import tree_of, world_axes, world_mask
 
 OUTPUTS = ("rgb", "depth", "segmentation")
 """The frame kinds, in the order they appear in the frames dict."""
+
+TERMS = {"rgb": "pixels", "depth": "depth", "segmentation": "segmentation"}
+"""The observation term of each frame kind in an env's observation."""
+
+STATE_TERM = "state"
+"""The term of a pixel task's array observation (its own ``observation`` output)."""
 
 GEOM_GROUPS = range(mujoco.mjNGROUP)
 
@@ -119,6 +134,9 @@ class PixelSpec:
       dynamic_rays: compute camera rays from the device model's ``cam_fovy`` /
         ``cam_intrinsic`` at every render, so per-world or changed intrinsics take
         effect; False precomputes them once from the host model (faster).
+      every: render cadence of an env (:mod:`mjxrunner.env`): its step renders every
+        ``every``-th step and shows the last frames in between (a restarted world
+        is always rendered anew). The renderer itself ignores it.
     """
 
     cameras: str | int | tuple[str | int, ...]
@@ -131,6 +149,7 @@ class PixelSpec:
     textures: bool = True
     geom_groups: tuple[int, ...] = (0, 1, 2)
     dynamic_rays: bool = False
+    every: int = 1
 
     def __post_init__(self):
         cams = self.cameras
@@ -152,6 +171,7 @@ class PixelSpec:
             value = checks.count(getattr(self, name), f"PixelSpec.{name}")
             if value > MAX_SIZE:
                 raise ValueError(f"PixelSpec.{name} must be <= {MAX_SIZE}, got {value}")
+        object.__setattr__(self, "every", checks.count(self.every, "PixelSpec.every"))
         for name in ("rgb", "depth", "segmentation", "shadows", "textures", "dynamic_rays"):
             object.__setattr__(self, name, _flag(getattr(self, name), name))
         if not (self.rgb or self.depth or self.segmentation):
@@ -184,6 +204,21 @@ class PixelSpec:
     def outputs(self) -> tuple[str, ...]:
         """The enabled frame kinds, in :data:`OUTPUTS` order."""
         return tuple(k for k in OUTPUTS if getattr(self, k))
+
+    def frame_specs(self) -> dict[str, jax.ShapeDtypeStruct]:
+        """One world's frames: ``"rgb"`` uint8 ``([C,] H, W, 3)``, ``"depth"`` float32
+        ``([C,] H, W)``, ``"segmentation"`` int32 ``([C,] H, W, 2)``; the camera axis
+        ``C`` only when the cameras are a sequence."""
+        lead = (len(self.camera_list),) if self.camera_axis else ()
+        image = (self.height, self.width)
+        table = {
+            "rgb": ((3,), jnp.uint8),
+            "depth": ((), jnp.float32),
+            "segmentation": ((2,), jnp.int32),
+        }
+        return {
+            k: jax.ShapeDtypeStruct(lead + image + table[k][0], table[k][1]) for k in self.outputs
+        }
 
 
 def camera_ids(m: mujoco.MjModel, spec: PixelSpec) -> tuple[int, ...]:
@@ -247,6 +282,142 @@ def _devices(devices: Any) -> list[jax.Device]:
         "devices must be None, a platform name, a jax.Device, a non-empty list of "
         f"devices or a Mesh, got {type(devices).__name__}"
     )
+
+
+# --- where cameras and lights are ---------------------------------------------------
+
+_CAMLIGHT = mujoco.mjtCamLight
+_FIXED, _TRACK, _TRACKCOM = (
+    _CAMLIGHT.mjCAMLIGHT_FIXED,
+    _CAMLIGHT.mjCAMLIGHT_TRACK,
+    _CAMLIGHT.mjCAMLIGHT_TRACKCOM,
+)
+_TARGET, _TARGETCOM = _CAMLIGHT.mjCAMLIGHT_TARGETBODY, _CAMLIGHT.mjCAMLIGHT_TARGETBODYCOM
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Rig:
+    """How each camera and light hangs in the scene (static, from the host model).
+
+    Attributes:
+      cam_mode: ``(ncam,)`` ``mjtCamLight`` modes; a targeting camera without a
+        target body counts as fixed (as in MuJoCo).
+      cam_body: ``(ncam,)`` the body each camera is attached to.
+      cam_target: ``(ncam,)`` its target body (0 where it has none).
+      light_mode, light_body, light_target: the same for ``(nlight,)`` lights.
+    """
+
+    cam_mode: np.ndarray
+    cam_body: np.ndarray
+    cam_target: np.ndarray
+    light_mode: np.ndarray
+    light_body: np.ndarray
+    light_target: np.ndarray
+
+    @classmethod
+    def of(cls, m: mujoco.MjModel) -> Rig:
+        def modes(mode, target):
+            mode = np.array(mode, int)
+            aims = (mode == _TARGET) | (mode == _TARGETCOM)
+            return np.where(aims & (target < 0), int(_FIXED), mode), np.maximum(target, 0)
+
+        cam_mode, cam_target = modes(m.cam_mode, m.cam_targetbodyid)
+        light_mode, light_target = modes(m.light_mode, m.light_targetbodyid)
+        return cls(
+            cam_mode,
+            np.array(m.cam_bodyid),
+            cam_target,
+            light_mode,
+            np.array(m.light_bodyid),
+            light_target,
+        )
+
+    @property
+    def needs_com(self) -> bool:
+        """Some camera or light follows a subtree's centre of mass."""
+        modes = np.concatenate([self.cam_mode, self.light_mode])
+        return bool(np.isin(modes, [_TRACKCOM, _TARGETCOM]).any())
+
+
+def _normalized(v: jax.Array) -> jax.Array:
+    return v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), mujoco.mjMINVAL)
+
+
+def _quat_mat(q: jax.Array) -> jax.Array:
+    """Rotation matrices ``(..., 3, 3)`` of quaternions ``(..., 4)`` (w, x, y, z),
+    normalized first (a drawn quaternion need not be a unit one)."""
+    w, x, y, z = jnp.moveaxis(_normalized(q), -1, 0)
+    rows = [
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ]
+    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+
+
+def _attached(mode, body, target, local_pos, pos0, poscom0, xpos, xmat, com):
+    """Positions ``(k, 3)`` of ``k`` cameras or lights by MuJoCo's camlight rules,
+    and the points targeting ones look at (None when none targets)."""
+    pos = xpos[body] + jnp.einsum("kij,kj->ki", xmat[body], local_pos)
+    pos = jnp.where((mode == _TRACK)[:, None], xpos[body] + pos0, pos)
+    if com is not None:
+        pos = jnp.where((mode == _TRACKCOM)[:, None], com[body] + poscom0, pos)
+    aims = (mode == _TARGET) | (mode == _TARGETCOM)
+    if not aims.any():
+        return pos, None
+    look_at = xpos[target]
+    if com is not None:
+        look_at = jnp.where((mode == _TARGETCOM)[:, None], com[target], look_at)
+    return pos, look_at
+
+
+def _camlight_one(rig: Rig, m: Any, xpos, xmat, com, nlight: int):
+    """One world's ``(cam_xpos, cam_xmat, light_xpos, light_xdir)`` from its body
+    poses, as MuJoCo's ``mj_camlight`` computes them."""
+    tracks = lambda mode: ((mode == _TRACK) | (mode == _TRACKCOM))[:, None, None]  # noqa: E731
+    mode = rig.cam_mode
+    cam_pos, look_at = _attached(
+        mode, rig.cam_body, rig.cam_target, m.cam_pos, m.cam_pos0, m.cam_poscom0, xpos, xmat, com
+    )
+    cam_mat = xmat[rig.cam_body] @ _quat_mat(m.cam_quat)
+    cam_mat = jnp.where(tracks(mode), m.cam_mat0, cam_mat)
+    if look_at is not None:  # z away from the target, x level (orthogonal to world z)
+        z = _normalized(cam_pos - look_at)
+        x = _normalized(jnp.cross(jnp.array([0.0, 0.0, 1.0], z.dtype), z))
+        y = _normalized(jnp.cross(z, x))
+        aims = ((mode == _TARGET) | (mode == _TARGETCOM))[:, None, None]
+        cam_mat = jnp.where(aims, jnp.stack([x, y, z], axis=-1), cam_mat)
+    if not nlight:
+        return cam_pos, cam_mat, None, None
+    mode = rig.light_mode
+    light_pos, look_at = _attached(
+        mode,
+        rig.light_body,
+        rig.light_target,
+        m.light_pos,
+        m.light_pos0,
+        m.light_poscom0,
+        xpos,
+        xmat,
+        com,
+    )
+    light_dir = jnp.einsum("kij,kj->ki", xmat[rig.light_body], m.light_dir)
+    light_dir = jnp.where(tracks(mode)[:, :, 0], m.light_dir0, light_dir)
+    if look_at is not None:
+        aims = ((mode == _TARGET) | (mode == _TARGETCOM))[:, None]
+        light_dir = jnp.where(aims, _normalized(look_at - light_pos), light_dir)
+    return cam_pos, cam_mat, light_pos, light_dir
+
+
+def render_token(data: mjx.Data) -> jax.Array:
+    """The render token of impl "warp" batched data, ``(num_envs,)`` int32: what
+    orders a render after what produced the data."""
+    return data._impl._jax_token
+
+
+def with_render_token(data: mjx.Data, token: jax.Array) -> mjx.Data:
+    """``data`` carrying ``token`` (e.g. the one a render returned)."""
+    return data.tree_replace({"_impl._jax_token": token})
 
 
 class PixelRenderer:
@@ -333,7 +504,8 @@ class PixelRenderer:
         self.worlds_per_device = per_device
         self.devices = tuple(devs)
         self.camera_ids = ids
-        self._ngeom, self._ncam = m.ngeom, m.ncam
+        self._ngeom, self._ncam, self._nlight = m.ngeom, m.ncam, m.nlight
+        self.rig = Rig.of(m)
         self._ctx = mjx.create_render_context(
             m,
             nworld=per_device,
@@ -365,15 +537,10 @@ class PixelRenderer:
         the spec's cameras are a sequence.
         """
         n = self.num_envs if num_envs is None else checks.count(num_envs, "num_envs")
-        s = self.spec
-        lead = (n, len(self.camera_ids)) if s.camera_axis else (n,)
-        image = (s.height, s.width)
-        table = {
-            "rgb": ((3,), jnp.uint8),
-            "depth": ((), jnp.float32),
-            "segmentation": ((2,), jnp.int32),
+        return {
+            k: jax.ShapeDtypeStruct((n, *s.shape), s.dtype)
+            for k, s in self.spec.frame_specs().items()
         }
-        return {k: jax.ShapeDtypeStruct(lead + image + table[k][0], table[k][1]) for k in s.outputs}
 
     # --- the pure function ------------------------------------------------------
 
@@ -424,6 +591,48 @@ class PixelRenderer:
         return data, frames
 
     __call__ = render
+
+    def pose(self, model: Any, data: mjx.Data) -> mjx.Data:
+        """``data`` with what a render reads recomputed from ``qpos``: body and geom
+        poses (``mjx.kinematics``; ``mjx.com_pos`` too when a camera or light follows
+        a centre of mass) and camera and light poses (MuJoCo's camlight rules, with
+        the model's per-world ``cam_pos``, ``cam_quat``, ``light_pos``, ``light_dir``,
+        ...; a drawn ``cam_quat`` is normalized). MJX-Warp's kinematics leaves
+        cameras and lights alone, so they are placed here. Pure; batched like
+        :meth:`render`.
+        """
+        model = tree_of(model)
+        axes = world_axes(model)
+        rig, nlight = self.rig, self._nlight
+
+        def one(m, d):
+            d = mjx.kinematics(m, d)
+            return mjx.com_pos(m, d) if rig.needs_com else d
+
+        data = jax.vmap(one, in_axes=(axes, 0))(model, data)
+        com = data.subtree_com if rig.needs_com else None
+        placed = jax.vmap(
+            lambda m, xpos, xmat, com: _camlight_one(rig, m, xpos, xmat, com, nlight),
+            in_axes=(axes, 0, 0, None if com is None else 0),
+        )(model, data.xpos, data.xmat, com)
+        cam_pos, cam_mat, light_pos, light_dir = placed
+        dtype = data.cam_xpos.dtype
+        data = data.replace(cam_xpos=cam_pos.astype(dtype), cam_xmat=cam_mat.astype(dtype))
+        if nlight:
+            lights = {"_impl.light_xpos": light_pos, "_impl.light_xdir": light_dir}
+            data = data.tree_replace({k: v.astype(dtype) for k, v in lights.items()})
+        return data
+
+    def observe(self, model: Any, data: mjx.Data) -> tuple[mjx.Data, dict[str, jax.Array]]:
+        """Frames of the state in ``data`` (its ``qpos``, whatever its derived
+        quantities say): :meth:`pose`, then :meth:`render`. Pure, for ``jit``.
+
+        Returns:
+          ``(data, frames)``: the input ``data`` with only its render token replaced
+          (carry it on), and the frames as :meth:`render` gives them.
+        """
+        rendered, frames = self.render(model, self.pose(model, data))
+        return with_render_token(data, render_token(rendered)), frames
 
     def _camera_pixels(self, buffer: jax.Array, kind: str, i: int) -> jax.Array:
         """Camera ``i``'s pixels of a packed ``(n, pixels, ...)`` buffer as
@@ -491,3 +700,27 @@ def _rgb(packed: jax.Array) -> jax.Array:
     Warp writes 255)."""
     channels = [(packed >> shift) & 0xFF for shift in (16, 8, 0)]
     return jnp.stack(channels, axis=-1).astype(jnp.uint8)
+
+
+# --- frames as observation terms ---------------------------------------------------------
+
+
+def merge(obs: Any, frames: dict[str, Any]) -> dict[str, Any]:
+    """A task's observation with ``frames`` added as terms (:data:`TERMS`): a dict
+    observation keeps its terms, an array one becomes the term ``"state"``."""
+    terms = dict(obs) if isinstance(obs, Mapping) else {STATE_TERM: obs}
+    terms.update({TERMS[kind]: f for kind, f in frames.items()})
+    return terms
+
+
+def merge_spec(spec: Any, pixels: PixelSpec, task: str = "task") -> dict[str, Any]:
+    """:func:`merge` of one world's observation ``spec`` with ``pixels``' frames;
+    ValueError if the task's own terms take a frame's name."""
+    if isinstance(spec, Mapping):
+        taken = sorted(set(spec) & {TERMS[k] for k in pixels.outputs})
+        if taken:
+            raise ValueError(
+                f"{task}: the observation's own terms {taken} clash with the pixel terms "
+                f"{ {k: TERMS[k] for k in pixels.outputs} }; rename them"
+            )
+    return merge(spec, pixels.frame_specs())

@@ -9,7 +9,9 @@ observation change. Each id has only a ``vector_entry_point``
     envs = gymnasium.make_vec("mjxrunner/CartpoleBalance-v0", num_envs=64,
                               vectorization_mode="vector_entry_point", impl="jax")
 
-Keyword arguments of ``make_vec`` reach :class:`~mjxrunner.gym.MjxVectorEnv`.
+Keyword arguments of ``make_vec`` reach :class:`~mjxrunner.gym.MjxVectorEnv`. A
+task with pixel observations (``Task.pixels``) defaults to ``impl="warp"``, the
+only impl MJX renders with.
 """
 
 from __future__ import annotations
@@ -31,14 +33,13 @@ def gym_id(task_name: str, version: int = VERSION) -> str:
 def register(task_name: str, version: int = VERSION) -> str:
     """Registers a task (built in or from ``mjxrunner.tasks.register``) with Gymnasium;
     returns its id. Registering the same id again changes nothing."""
-    tasks.get(task_name)  # refuses an unknown name, listing the known ones
+    task = tasks.get(task_name)  # refuses an unknown name, listing the known ones
     env_id = gym_id(task_name, version)
+    kwargs = {"task": task_name}
+    if task.pixels is not None:
+        kwargs["impl"] = "warp"  # MJX renders only with MuJoCo Warp
     if env_id not in gymnasium.registry:
-        gymnasium.register(
-            env_id,
-            vector_entry_point="mjxrunner.gym:MjxVectorEnv",
-            kwargs={"task": task_name},
-        )
+        gymnasium.register(env_id, vector_entry_point="mjxrunner.gym:MjxVectorEnv", kwargs=kwargs)
     return env_id
 
 

@@ -133,8 +133,10 @@ def on_worlds(
     split along the worlds axis whole, those in ``replicated`` (e.g. a pool of
     starts, whose leading axis is not the world axis) are replicated whole;
     ``out_specs`` maps the output's shapes to
-    specs where the rule cannot know (e.g. a trajectory). ``check_vma=False``:
-    MJX's internal ``cond``s are not typed for varying manual axes.
+    specs where the rule cannot know (e.g. a trajectory). The output's shapes are
+    evaluated on one device's share of the arguments, as ``fn`` will see them.
+    ``check_vma=False``: MJX's internal ``cond``s are not typed for varying manual
+    axes.
     """
     if mesh is None:
         return fn(*args)
@@ -147,7 +149,25 @@ def on_worlds(
         return specs(a)
 
     in_specs = tuple(spec(i, a) for i, a in enumerate(args))
-    shapes = jax.eval_shape(fn, *args)
+    # The output's shapes as one device sees them: ``fn`` runs on a shard, and may
+    # depend on its size (a render context is sized for a device's worlds).
+    local = [_shard_shapes(a, s, mesh.devices.size) for a, s in zip(args, in_specs, strict=True)]
+    shapes = jax.eval_shape(fn, *local)
     out = specs(shapes) if out_specs is None else out_specs(shapes)
     mapped = jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out, check_vma=False)
     return mapped(*args)
+
+
+def _shard_shapes(tree: Any, spec_tree: Any, num_devices: int) -> Any:
+    """``tree``'s array leaves as ``ShapeDtypeStruct`` s of one device's shard: the
+    leading size divided by ``num_devices`` where the spec splits the worlds axis."""
+
+    def shard(leaf, spec):
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            return leaf
+        shape = tuple(leaf.shape)
+        if len(spec) and spec[0] == AXIS:
+            shape = (shape[0] // num_devices, *shape[1:])
+        return jax.ShapeDtypeStruct(shape, leaf.dtype, weak_type=getattr(leaf, "weak_type", False))
+
+    return jax.tree.map(shard, tree, spec_tree)

@@ -1,10 +1,10 @@
 """Writes a PNG grid of one batch of pixel observations (default
-``docs/images/pixels.png``): 16 cartpoles in different states, rendered together by
-:class:`mjxrunner.pixels.PixelRenderer` from the ``"side"`` camera, world 5 with a
-pole made red per world through ``runner.set_param`` (the others keep the model's
-colour).
+``docs/images/pixels.png``): the newest frame of each of 16 worlds of the
+``cartpole_swingup_pixels`` env (impl "warp"), rendered together inside the env's
+compiled step after random pushes, with the pole's colour and the light's position
+drawn per world at every restart (``env.with_randomization``).
 
-    python scripts/pixel_batch.py [path] [--size 128x96] [--columns 4]
+    python scripts/pixel_batch.py [path] [--size 128x96] [--columns 4] [--steps 120]
 """
 
 from __future__ import annotations
@@ -15,25 +15,16 @@ from pathlib import Path
 import imageio.v3 as iio
 import jax
 import numpy as np
-from mujoco import mjx
 
-from mjxrunner import MultiEnvRunner, world_axes
-from mjxrunner.pixels import PixelRenderer, PixelSpec
+from mjxrunner import env as mjxenv
+from mjxrunner.params import Term
+from mjxrunner.pixels import PixelSpec
+from mjxrunner.tasks import cartpole_pixels
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "images" / "pixels.png"
 NUM_ENVS = 16
-RED_WORLD = 5
 GAP = 2  # pixels of background between tiles
-
-
-def posed_batch(runner: MultiEnvRunner) -> mjx.Data:
-    """The runner's worlds moved to 16 states (cart across the rail, pole swinging)
-    and their kinematics computed on device."""
-    n = runner.num_envs
-    qpos = np.stack([np.linspace(-1.2, 1.2, n), np.linspace(-2.6, 2.6, n)[::-1]], axis=1)
-    data = runner.data.replace(qpos=jax.device_put(qpos.astype(np.float32), runner.device))
-    model = runner.model
-    return jax.jit(jax.vmap(mjx.forward, in_axes=(world_axes(model), 0)))(model, data)
+HOLD = 15  # steps each random push is held, so the poles swing visibly
 
 
 def grid(images: np.ndarray, columns: int) -> np.ndarray:
@@ -53,23 +44,36 @@ def main() -> None:
     p.add_argument("path", nargs="?", default=str(OUT))
     p.add_argument("--size", default="128x96", help="WIDTHxHEIGHT of each observation")
     p.add_argument("--columns", type=int, default=4)
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     width, height = (int(v) for v in args.size.lower().split("x"))
 
     import warp as wp
 
     wp.config.quiet = True
-    runner = MultiEnvRunner("cartpole", NUM_ENVS, impl="warp")
-    m = runner.mj_model
-    rgba = np.array(m.geom_rgba)
-    rgba[m.geom("pole").id] = (0.9, 0.1, 0.1, 1.0)
-    runner.set_param("geom_rgba", rgba, env_ids=[RED_WORLD])
-    renderer = PixelRenderer(m, NUM_ENVS, PixelSpec("side", width=width, height=height))
-    _, frames = jax.jit(renderer.render)(runner.model, posed_batch(runner))
+    task = cartpole_pixels.SWINGUP_PIXELS.replace(
+        pixels=PixelSpec("side", width=width, height=height)
+    )
+    env = mjxenv.make(task, NUM_ENVS, impl="warp")
+    pole = env.host.mj_model.geom("pole").id
+    env = env.with_randomization(
+        [
+            Term("geom_rgba", 0.2, 1.1, index=(pole, [0, 1, 2])),  # the pole's colour
+            Term("light_pos", -2.0, 2.0, operation="add"),  # where the light hangs
+        ]
+    )
+    state = mjxenv.jit_reset(env, jax.random.key(args.seed))
+    rng = np.random.default_rng(args.seed)
+    for t in range(args.steps):
+        if t % HOLD == 0:
+            push = rng.uniform(-1.0, 1.0, (NUM_ENVS, 1)).astype(np.float32)
+        state = mjxenv.jit_step(env, state, push)
+    frames = np.asarray(state.obs["pixels"][:, -1])  # the newest of the stacked frames
     path = Path(args.path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    iio.imwrite(path, grid(np.asarray(frames["rgb"]), args.columns))
-    print(f"wrote {path}: {NUM_ENVS} worlds of {width}x{height}, world {RED_WORLD} red pole")
+    iio.imwrite(path, grid(frames, args.columns))
+    print(f"wrote {path}: {NUM_ENVS} worlds of {width}x{height} after {args.steps} steps")
 
 
 if __name__ == "__main__":

@@ -118,7 +118,11 @@ def test_every_task_is_registered_and_built_by_make_vec():
         env = gymnasium.make_vec(env_id, num_envs=3, vectorization_mode="vector_entry_point")
         assert isinstance(env, MjxVectorEnv) and env.num_envs == 3
         assert env.env.task.name == name and env.spec.id == env_id
-        assert env.observation_space.shape == (3, env.env.observation_size)
+        if env.env.task.pixels is None:
+            assert env.observation_space.shape == (3, env.env.observation_size)
+        else:  # frames come as terms, rendered with impl "warp" (the ids' default)
+            assert isinstance(env.single_observation_space, gymnasium.spaces.Dict)
+            assert env.env.impl == "warp"
 
 
 def test_make_vec_passes_keyword_arguments_through():

@@ -209,6 +209,48 @@ def test_several_cameras_stack_after_the_world_axis():
             np.testing.assert_allclose(got[hit], ref[i]["depth"][hit], atol=DEPTH_ATOL)
 
 
+def test_pose_places_bodies_cameras_and_lights_like_mj_forward():
+    """``pose`` from qpos alone (stale kinematics in the data) matches MuJoCo's own
+    kinematics and camlight for every camera and light mode, with a non-unit
+    per-world camera quaternion normalized as MuJoCo's compiler would."""
+    mode = mujoco.mjtCamLight
+    spec = mujoco.MjSpec.from_file(str(models.path("cartpole")))
+    world, cart, pole = spec.worldbody, spec.body("cart"), spec.body("pole")
+    pole.add_camera(name="fixed", pos=[0.1, -0.5, 0.5], quat=[0.9, 0.3, 0.1, 0.0])
+    cart.add_camera(name="track", pos=[0, -3, 0.5], mode=mode.mjCAMLIGHT_TRACK)
+    cart.add_camera(name="trackcom", pos=[0, -3, 0.5], mode=mode.mjCAMLIGHT_TRACKCOM)
+    target = dict(mode=mode.mjCAMLIGHT_TARGETBODY, targetbody="pole")
+    world.add_camera(name="target", pos=[1, -3, 2], **target)
+    targetcom = dict(mode=mode.mjCAMLIGHT_TARGETBODYCOM, targetbody="cart")
+    world.add_camera(name="targetcom", pos=[-1, -3, 2], **targetcom)
+    pole.add_light(pos=[0, -0.3, 0.8], dir=[0, 0.6, -0.8])
+    cart.add_light(pos=[0, 0, 2], mode=mode.mjCAMLIGHT_TRACK)
+    cart.add_light(pos=[0, 0, 2], mode=mode.mjCAMLIGHT_TRACKCOM)
+    world.add_light(pos=[1, -1, 3], **target)
+    world.add_light(pos=[1, -1, 3], **targetcom)
+    m = spec.compile()
+    assert set(m.cam_mode) == set(m.light_mode) == set(range(5))  # every mode
+    qpos = QPOS[1:]
+    renderer = PixelRenderer(m, len(qpos), PixelSpec("side", width=8, height=8))
+    mx = mjx.put_model(m, impl="warp")
+    quat = np.tile(m.cam_quat, (len(qpos), 1, 1)) * np.array([1.0, 2.0, 0.5])[:, None, None]
+    mx = mx.replace(cam_quat=jnp.asarray(quat, jnp.float32))  # per world, not unit
+    stale = jax.vmap(lambda _: mjx.make_data(m, impl="warp"))(jnp.arange(len(qpos)))
+    stale = stale.replace(qpos=jnp.asarray(qpos, jnp.float32))
+    posed = jax.jit(renderer.pose)(mx, stale)
+    for i, q in enumerate(qpos):
+        d = host_data(m, q)
+        got = {
+            "geom_xpos": posed.geom_xpos[i],
+            "cam_xpos": posed.cam_xpos[i],
+            "cam_xmat": np.asarray(posed.cam_xmat[i]).reshape(m.ncam, 9),
+            "light_xpos": posed._impl.light_xpos[i],
+            "light_xdir": posed._impl.light_xdir[i],
+        }
+        for name, value in got.items():
+            np.testing.assert_allclose(value, getattr(d, name), atol=1e-5, err_msg=name)
+
+
 # --- clear errors -------------------------------------------------------------------
 
 

@@ -29,7 +29,12 @@ def one_world(name: str, qpos, qvel=None):
 
 def test_registry_discovers_the_built_in_tasks():
     assert {"cartpole_balance", "cartpole_swingup", "pendulum_swingup"} <= set(tasks.list())
-    assert [t.name for t in tasks.for_model("cartpole")] == ["cartpole_balance", "cartpole_swingup"]
+    assert [t.name for t in tasks.for_model("cartpole")] == [
+        "cartpole_balance",
+        "cartpole_balance_pixels",
+        "cartpole_swingup",
+        "cartpole_swingup_pixels",
+    ]
     assert [t.name for t in tasks.for_model("pendulum")] == ["pendulum_swingup"]
     assert tasks.for_model("no_such_scene") == ()
     assert tasks.get("cartpole_balance") is cartpole.BALANCE

@@ -26,6 +26,7 @@ from mjxrunner.tasks.base import (
     action_bounds,
     deterministic_start,
     never_terminated,
+    no_state,
 )
 
 _REGISTRY: dict[str, Task] = {}
@@ -115,5 +116,6 @@ __all__ = [
     "get",
     "list",
     "never_terminated",
+    "no_state",
     "register",
 ]

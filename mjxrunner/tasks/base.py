@@ -19,6 +19,16 @@ Observations may be one array or a dict of named terms (``{"state": ..., "pixels
 ...}``); ``obs_config`` (:class:`~mjxrunner.observations.ObsConfig`) adds sensor noise
 and a history per term, applied by the env in its compiled step.
 
+Pixel observations: a task that sets ``pixels`` (a
+:class:`~mjxrunner.pixels.PixelSpec`: cameras, size, RGB / depth / segmentation,
+cadence) is observed through camera frames too. Frames are rendered for all worlds
+together, so they are not part of the single-world ``observation``: the env renders
+them after the physics and adds them as terms ``"pixels"`` (uint8 RGB), ``"depth"``
+and ``"segmentation"`` (:data:`mjxrunner.pixels.TERMS`) to the task's own terms (an
+array observation becomes the term ``"state"``; :func:`no_state` observes pixels
+alone). Frame stacking is the history of the ``"pixels"`` term. Such a task needs
+impl ``"warp"``.
+
 Per-world task state (``info``): a task that needs memory across steps (a velocity
 command, a target, a phase) sets ``initial_info(model, data, key) -> info``, a
 pytree of one world's arrays drawn at every restart; the env keeps it per world
@@ -45,6 +55,7 @@ from mujoco import mjx
 
 from mjxrunner.models import action_bounds  # noqa: F401 - re-exported for tasks
 from mjxrunner.observations import ObsConfig
+from mjxrunner.pixels import PixelSpec
 
 ObservationFn = Callable[..., Any]
 """``observation(model, data[, info]) -> obs`` of one world: an ``(obs_dim,)`` float
@@ -82,6 +93,13 @@ def never_terminated(model: mjx.Model, data: mjx.Data, info: Any = None) -> jax.
     return jnp.zeros((), bool)
 
 
+def no_state(model: mjx.Model, data: mjx.Data, info: Any = None) -> dict:
+    """An ``observation`` with no terms of its own: a pixel task that observes only
+    its frames."""
+    del model, data, info
+    return {}
+
+
 def deterministic_start(model: mjx.Model, data: mjx.Data, key: jax.Array) -> mjx.Data:
     """An ``initial_state`` that keeps the default start: every episode begins alike."""
     del model, key
@@ -110,6 +128,8 @@ class Task:
       initial_info: None, or the per-world task state drawn at each restart; then
         ``observation``, ``reward`` and ``terminated`` take it as last argument.
       update_info: None (the info stays as drawn), or how a step changes it.
+      pixels: None, or the camera frames the env adds to the observation
+        (:class:`~mjxrunner.pixels.PixelSpec`; see the module docstring).
     """
 
     name: str
@@ -125,6 +145,7 @@ class Task:
     obs_config: ObsConfig | None = None
     initial_info: InitialInfoFn | None = None
     update_info: UpdateInfoFn | None = None
+    pixels: PixelSpec | None = None
 
     @property
     def has_info(self) -> bool:
@@ -154,6 +175,10 @@ class Task:
             value = getattr(self, field)
             if value is not None and not callable(value):
                 raise TypeError(f"Task.{field} must be None or callable, got {value!r}")
+        if self.pixels is not None and not isinstance(self.pixels, PixelSpec):
+            raise TypeError(
+                f"Task.pixels must be a mjxrunner.pixels.PixelSpec or None, got {self.pixels!r}"
+            )
         if self.update_info is not None and self.initial_info is None:
             raise ValueError("Task.update_info needs Task.initial_info (the info it updates)")
 
