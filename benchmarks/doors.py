@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for name, (step, finish) in found.items():
                 best[name] = max(best[name], time_round(step, finish, args.steps, n))
-        base = best["functional"]
+        base, synced = best["functional"], best["functional, synced"]
         for name, rate in best.items():
             rows.append(
                 {
@@ -137,14 +137,18 @@ def main(argv: list[str] | None = None) -> int:
                     "steps_per_s": round(rate),
                     "ms_per_step": round(n / rate * 1e3, 3),
                     "vs_functional": round(rate / base, 2),
+                    "vs_synced": round(rate / synced, 2),
                 }
             )
     print(f"{TASK.name}, {args.steps} steps per round, best of {args.rounds} rounds")
-    print(f"{'worlds':>6s} {'door':20s} {'steps/s':>10s} {'ms/step':>8s} {'x functional':>13s}")
+    print(
+        f"{'worlds':>6s} {'door':20s} {'steps/s':>10s} {'ms/step':>8s} "
+        f"{'x functional':>13s} {'x synced':>9s}"
+    )
     for r in rows:
         print(
             f"{r['num_envs']:6d} {r['door']:20s} {r['steps_per_s']:10d} "
-            f"{r['ms_per_step']:8.3f} {r['vs_functional']:13.2f}"
+            f"{r['ms_per_step']:8.3f} {r['vs_functional']:13.2f} {r['vs_synced']:9.2f}"
         )
     if args.json:
         print(json.dumps({"rows": rows, "backend": backend_info("jax")}))

@@ -67,9 +67,6 @@ class WorldFrames(Sequence):
         return self._drawn[world]
 
 
-_STEP_FIELDS = ("obs", "reward", "terminated", "truncated", "final_obs", "final_mask")
-
-
 def term_space(spec: Any) -> gymnasium.spaces.Box:
     """The space of one observation term of one world: float terms unbounded
     float32, integer terms (images) bounded by their dtype."""
@@ -197,7 +194,9 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             pool_seed=self._seed,
             **options,
         )
-        self._door = door.Door(env)
+        self._door = door.Door(env, door.outputs)
+        self._outputs = door.Outputs(env.observation_spec, env.num_envs, env.low.dtype)
+        self._whole = not isinstance(env.observation_spec, dict)
         self.num_envs = env.num_envs
         self.autoreset_mode = mode
         control_dt = float(env.host.mj_model.opt.timestep) * env.task.substeps
@@ -249,7 +248,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self.env = self.env.with_randomization(
             terms, on_reset=on_reset, every_n_steps=every_n_steps
         )
-        self._door = door.Door(self.env)  # the state no longer fits: reset() first
+        self._door = door.Door(self.env, door.outputs)  # the state no longer fits: reset() first
 
     @property
     def health(self) -> Any:
@@ -359,16 +358,16 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
                 "autoreset_mode DISABLED reset them with reset(options={'reset_mask': ...}) "
                 "before stepping"
             )
-        self._door.step(actions)  # "raise" guards keep the state of before the step
-        get = self._door.get
-        obs, reward, terminated, truncated, final_obs, final_mask = jax.device_get(
-            [get(k) for k in _STEP_FIELDS]
-        )
-        terminated, truncated = np.asarray(terminated), np.asarray(truncated)
+        packed = self._door.step(actions)  # "raise" guards keep the state of before the step
+        out = self._outputs.split(*jax.device_get(packed))  # one transfer per buffer
+        obs, final_obs = out["obs"], out["final_obs"]
+        if self._whole:
+            obs, final_obs = obs["policy"], final_obs["policy"]
+        terminated, truncated = out["terminated"], out["truncated"]
         self._done = terminated | truncated
         infos: dict[str, Any] = {}
-        if final_mask.any():
-            ended = np.asarray(final_mask)
+        if out["final_mask"].any():
+            ended = out["final_mask"]
             final = np.full((self.num_envs,), None, dtype=object)
             final_obs = to_numpy(final_obs)
             for i in np.flatnonzero(ended):
@@ -383,7 +382,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             self._frames.append(self.render_tiled())
         return (
             to_numpy(obs),
-            np.asarray(reward, np.float64),
+            np.asarray(out["reward"], np.float64),
             terminated,
             truncated,
             infos,
