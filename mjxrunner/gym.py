@@ -1,11 +1,12 @@
 """A Gymnasium ``VectorEnv`` over the functional env: NumPy in, NumPy out.
 
 It holds the env and its state in a :class:`~mjxrunner.door.Door` (one compiled
-step with flat arguments, shared by every door in the process) and follows the
+step over packed buffers, shared by every door in the process) and follows the
 semantics of ``gymnasium.vector.SyncVectorEnv``: the three autoreset modes,
 ``final_obs`` and ``final_info`` with their masks in ``SAME_STEP``, partial resets
 through ``reset(options={"reset_mask": mask})``. ``terminated`` and ``truncated``
-stay apart. Each call moves its results to the host in one transfer.
+stay apart. A step's results come to the host as two buffers (floats and flags,
+packed by the compiled step: :func:`mjxrunner.door.outputs`), in one transfer.
 
 Rendering copies only the drawn worlds' state to the host
 (:class:`~mjxrunner.render.WorldRenderer`), never the batch. With
@@ -359,7 +360,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
                 "before stepping"
             )
         packed = self._door.step(actions)  # "raise" guards keep the state of before the step
-        out = self._outputs.split(*jax.device_get(packed))  # one transfer per buffer
+        out = self._outputs.split(*jax.device_get(packed))  # views of two host buffers
         obs, final_obs = out["obs"], out["final_obs"]
         if self._whole:
             obs, final_obs = obs["policy"], final_obs["policy"]

@@ -15,7 +15,8 @@ state's own array. An action tensor on the env's device becomes a JAX array over
 the same memory on CUDA; on a CPU it is copied (a few bytes per world), since
 handing XLA a foreign buffer cost more host time per step there than the copy.
 Treat the outputs as read-only; they stay valid after later
-steps (a step makes new arrays, it never writes into old ones). Where sharing is
+steps (each step hands out new arrays; only the door's own packed state is
+updated in place). Where sharing is
 impossible the data is copied: an action of another dtype is converted to the
 env's float type first, and JAX copies an imported CPU buffer that is not aligned
 as XLA needs. One env lives on one device:
