@@ -1,9 +1,10 @@
 """Steps/s of every front door against the jitted functional step called from a Python loop.
 
 One run times every door at each batch size, in interleaved rounds (a burst of load
-elsewhere hits them alike; each keeps its best round), cartpole balance, random
-actions made on the host beforehand (each door gets them in its own type: NumPy,
-torch, JAX):
+elsewhere hits them alike; each keeps its best round: many short rounds, so that on
+a shared machine each door meets a quiet moment), cartpole balance, random actions
+made on the host beforehand (each door gets them in its own type: NumPy, torch,
+JAX):
 
 * ``functional``: ``state = env.jit_step(env, state, action)``, blocked once at the
   end of a round: the reference, and the most favourable loop (the host dispatches
@@ -11,7 +12,8 @@ torch, JAX):
 * ``functional, synced``: the same, waiting for each step's observation, as any loop
   whose policy runs on the host must;
 * ``gym``: ``MjxVectorEnv.step`` (NumPy out: one transfer per step);
-* ``torch``: ``TorchVecEnv.step`` (tensors out, views of the state; no transfer);
+* ``torch``: ``TorchVecEnv.step`` (tensors out, views of two output buffers; no
+  transfer);
 * ``rsl_rl``: ``RslRlVecEnv.step`` (TensorDict observations, long dones);
 * ``skrl``: skrl's own ``wrap_env(TorchVecEnv, wrapper="isaaclab")``;
 * ``brax``: ``jax.jit(BraxEnv.step)`` from a Python loop (Brax's trainers call it
@@ -31,7 +33,7 @@ device; ms, median of 200) and one synced call (call and wait; best of 5 rounds 
 donation; then the host time of handing out the packed outputs (``device_get``,
 DLPack exports) once they are ready.
 
-    .venv/bin/python benchmarks/doors.py [--num-envs 64 1024] [--steps 300] [--rounds 5]
+    .venv/bin/python benchmarks/doors.py [--num-envs 64 1024] [--steps 100] [--rounds 20]
         [--calls] [--json]
 """
 
@@ -84,21 +86,25 @@ def doors(n: int, steps: int) -> dict:
     gym.reset(seed=0)
     out["gym"] = (lambda t: gym.step(host[t]), lambda: None)
 
+    def synchronize(door):
+        # the tensors a torch door hands out on a CPU are ready (an export waits); on
+        # CUDA, torch waits for the device
+        if door.device.type == "cuda":
+            return lambda: torch.cuda.synchronize(door.device)
+        return lambda: None
+
     door = TorchVecEnv(TASK, n)
     door.reset(seed=0)
-    out["torch"] = (lambda t: door.step(tens[t]), lambda: door.state.obs.block_until_ready())
+    out["torch"] = (lambda t: door.step(tens[t]), synchronize(door))
 
     rsl = RslRlVecEnv(TASK, n)
     rsl.get_observations()
-    out["rsl_rl"] = (lambda t: rsl.step(tens[t]), lambda: rsl.env.state.obs.block_until_ready())
+    out["rsl_rl"] = (lambda t: rsl.step(tens[t]), synchronize(rsl.env))
 
     skrl_door = TorchVecEnv(TASK, n)
     skrl_env = wrap_env(skrl_door, wrapper="isaaclab", verbose=False)
     skrl_env.reset()
-    out["skrl"] = (
-        lambda t: skrl_env.step(tens[t]),
-        lambda: skrl_door.state.obs.block_until_ready(),
-    )
+    out["skrl"] = (lambda t: skrl_env.step(tens[t]), synchronize(skrl_door))
 
     brax = BraxEnv(TASK)
     brax_step = jax.jit(brax.step)
@@ -208,8 +214,8 @@ def calls(n: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 1024])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--calls", action="store_true", help="where one call's time goes")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
