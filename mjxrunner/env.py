@@ -1336,8 +1336,9 @@ def flat_step(env_def: Any, state_def: Any, pack: Any = None) -> Any:
     """``jit`` of :func:`step` on flat leaves, one per structure and process:
     ``(env leaves, state leaves, action) -> (new state leaves, pack(new state))``.
 
-    :func:`jit_step` and the stateful doors (:mod:`mjxrunner.door`) call it, so they
-    share one executable; a door keeps its leaves and never flattens."""
+    :func:`jit_step` calls it. The stateful doors step packed buffers instead
+    (:func:`mjxrunner.door.packed_step`): a call's host time grows with the number
+    of arrays it returns, and a state has ~100 leaves."""
     key = (env_def, state_def, pack)
     if key not in _FLAT:
 
@@ -1353,7 +1354,7 @@ def flat_step(env_def: Any, state_def: Any, pack: Any = None) -> Any:
 
 
 def jit_step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
-    """:func:`step`, compiled; the executable is shared with every door."""
+    """:func:`step`, compiled once per structure (see :func:`flat_step`)."""
     env_leaves, env_def = jax.tree.flatten(env)
     state_leaves, state_def = jax.tree.flatten(state)
     leaves, _ = flat_step(env_def, state_def)(env_leaves, state_leaves, action)

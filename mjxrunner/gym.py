@@ -1,11 +1,12 @@
 """A Gymnasium ``VectorEnv`` over the functional env: NumPy in, NumPy out.
 
 It holds the env and its state in a :class:`~mjxrunner.door.Door` (one compiled
-step with flat arguments, shared by every door in the process) and follows the
+step over packed buffers, shared by every door in the process) and follows the
 semantics of ``gymnasium.vector.SyncVectorEnv``: the three autoreset modes,
 ``final_obs`` and ``final_info`` with their masks in ``SAME_STEP``, partial resets
 through ``reset(options={"reset_mask": mask})``. ``terminated`` and ``truncated``
-stay apart. Each call moves its results to the host in one transfer.
+stay apart. A step's results come to the host as two buffers (floats and flags,
+packed by the compiled step: :func:`mjxrunner.door.outputs`), in one transfer.
 
 Rendering copies only the drawn worlds' state to the host
 (:class:`~mjxrunner.render.WorldRenderer`), never the batch. With
@@ -65,9 +66,6 @@ class WorldFrames(Sequence):
         if world not in self._drawn:
             self._drawn[world] = self._draw(world)
         return self._drawn[world]
-
-
-_STEP_FIELDS = ("obs", "reward", "terminated", "truncated", "final_obs", "final_mask")
 
 
 def term_space(spec: Any) -> gymnasium.spaces.Box:
@@ -197,7 +195,9 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             pool_seed=self._seed,
             **options,
         )
-        self._door = door.Door(env)
+        self._door = door.Door(env, door.outputs)
+        self._outputs = door.Outputs(env.observation_spec, env.num_envs, env.low.dtype)
+        self._whole = not isinstance(env.observation_spec, dict)
         self.num_envs = env.num_envs
         self.autoreset_mode = mode
         control_dt = float(env.host.mj_model.opt.timestep) * env.task.substeps
@@ -249,7 +249,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self.env = self.env.with_randomization(
             terms, on_reset=on_reset, every_n_steps=every_n_steps
         )
-        self._door = door.Door(self.env)  # the state no longer fits: reset() first
+        self._door = door.Door(self.env, door.outputs)  # the state no longer fits: reset() first
 
     @property
     def health(self) -> Any:
@@ -359,16 +359,16 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
                 "autoreset_mode DISABLED reset them with reset(options={'reset_mask': ...}) "
                 "before stepping"
             )
-        self._door.step(actions)  # "raise" guards keep the state of before the step
-        get = self._door.get
-        obs, reward, terminated, truncated, final_obs, final_mask = jax.device_get(
-            [get(k) for k in _STEP_FIELDS]
-        )
-        terminated, truncated = np.asarray(terminated), np.asarray(truncated)
+        packed = self._door.step(actions)  # "raise" guards keep the state of before the step
+        out = self._outputs.split(*jax.device_get(packed))  # views of two host buffers
+        obs, final_obs = out["obs"], out["final_obs"]
+        if self._whole:
+            obs, final_obs = obs["policy"], final_obs["policy"]
+        terminated, truncated = out["terminated"], out["truncated"]
         self._done = terminated | truncated
         infos: dict[str, Any] = {}
-        if final_mask.any():
-            ended = np.asarray(final_mask)
+        if out["final_mask"].any():
+            ended = out["final_mask"]
             final = np.full((self.num_envs,), None, dtype=object)
             final_obs = to_numpy(final_obs)
             for i in np.flatnonzero(ended):
@@ -383,7 +383,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             self._frames.append(self.render_tiled())
         return (
             to_numpy(obs),
-            np.asarray(reward, np.float64),
+            np.asarray(out["reward"], np.float64),
             terminated,
             truncated,
             infos,

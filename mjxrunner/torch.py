@@ -15,7 +15,8 @@ state's own array. An action tensor on the env's device becomes a JAX array over
 the same memory on CUDA; on a CPU it is copied (a few bytes per world), since
 handing XLA a foreign buffer cost more host time per step there than the copy.
 Treat the outputs as read-only; they stay valid after later
-steps (a step makes new arrays, it never writes into old ones). Where sharing is
+steps (each step hands out new arrays; only the door's own packed state is
+updated in place). Where sharing is
 impossible the data is copied: an action of another dtype is converted to the
 env's float type first, and JAX copies an imported CPU buffer that is not aligned
 as XLA needs. One env lives on one device:
@@ -54,33 +55,8 @@ def to_jax(t: torch.Tensor) -> jax.Array:
     return jax.dlpack.from_dlpack(t.detach().contiguous())
 
 
-def groups_of(obs: Any) -> dict[str, Any]:
-    """Observation groups as torch trainers name them: ``{"policy": obs}`` for one
-    array, the terms themselves for an observation of terms."""
-    return dict(obs) if isinstance(obs, dict) else {"policy": obs}
-
-
-def _packed_groups(obs: Any, float_dtype: Any) -> tuple[list[str], list[str]]:
-    """``(groups in the float buffer, groups exported on their own)``: terms of the
-    env's float dtype share one buffer; others (uint8 images) go apart."""
-    groups = groups_of(obs)
-    floats = [k for k, x in groups.items() if x.dtype == float_dtype]
-    return floats, [k for k in groups if k not in floats]
-
-
-def _pack(state: env_.EnvState) -> tuple[jax.Array, jax.Array, tuple[jax.Array, ...]]:
-    """What a step hands out, in few buffers (one DLPack export each, since an export
-    costs more host time than a small batch's whole step): floats ``obs, final_obs,
-    reward`` of every float group, bools ``terminated, truncated, final_mask``, and
-    ``(obs, final_obs)`` of each other group."""
-    dtype = state.reward.dtype
-    obs, final = groups_of(state.obs), groups_of(state.final_obs)
-    in_floats, apart = _packed_groups(state.obs, dtype)
-    floats = jnp.concatenate(
-        [obs[k].ravel() for k in in_floats] + [final[k].ravel() for k in in_floats] + [state.reward]
-    )
-    flags = jnp.concatenate([state.terminated, state.truncated, state.final_mask])
-    return floats, flags, tuple(x for k in apart for x in (obs[k], final[k]))
+groups_of = door.groups_of
+_pack = door.outputs  # what a step hands out, in few buffers (one DLPack export each)
 
 
 def torch_device(device: jax.Device) -> torch.device:
@@ -147,7 +123,7 @@ class TorchVecEnv:
             task, num_envs, autoreset="same_step", impl=impl, device=device, model=model, **options
         )
         self._door = door.Door(env, _pack)
-        self._out: dict[str, torch.Tensor] = {}
+        self._out: dict[str, Any] = {}
         self.num_envs = env.num_envs
         self.num_actions = env.action_size
         self.max_episode_length = int(env.task.max_episode_steps)
@@ -159,8 +135,7 @@ class TorchVecEnv:
         self.single_observation_space = gymnasium.spaces.Dict(
             {k: gym_.term_space(s) for k, s in spec.items()}
         )
-        self._floats, self._apart = _packed_groups(spec, self._dtype)
-        self._shapes = {k: tuple(s.shape) for k, s in spec.items()}
+        self._outputs = door.Outputs(spec, self.num_envs, self._dtype)
         self.single_action_space = gymnasium.spaces.Box(low, high, low.shape, np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -198,24 +173,11 @@ class TorchVecEnv:
     def _unpack(self, packed: tuple) -> dict[str, Any]:
         self._packed = packed
         floats, flags = (to_torch(x) for x in packed[:2])
-        n = self.num_envs
-        obs, final, at = {}, {}, 0
-        for out in (obs, final):
-            for k in self._floats:
-                size = n * int(np.prod(self._shapes[k]))
-                out[k] = floats[at : at + size].view(n, *self._shapes[k])
-                at += size
-        for i, k in enumerate(self._apart):
-            obs[k], final[k] = to_torch(packed[2][2 * i]), to_torch(packed[2][2 * i + 1])
-        self._out = {
-            "obs": obs,
-            "final_obs": final["policy"] if self._whole else final,
-            "reward": floats[at:],
-            "terminated": flags[:n],
-            "truncated": flags[n : 2 * n],
-            "final_mask": flags[2 * n :],
-        }
-        return self._out
+        out = self._outputs.split(floats, flags, tuple(to_torch(x) for x in packed[2]))
+        if self._whole:
+            out["final_obs"] = out["final_obs"]["policy"]
+        self._out = out
+        return out
 
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None

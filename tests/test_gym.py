@@ -243,3 +243,62 @@ def test_no_recompiles_after_warm_up_and_statistics_view(adapters):
     assert v.episode_statistics()["episodes"] == 0  # a seeded full reset clears them
     with pytest.raises(RuntimeError, match="reset"):
         MjxVectorEnv(TASK, N).step(np.zeros((N, 1)))
+
+
+# --- the packed state under every stateful door -----------------------------------------
+
+
+def test_layout_packs_leaves_into_few_buffers_and_back():
+    """One buffer per dtype and placement: leaves split over the worlds axis go
+    into a 2-D buffer split the same way, replicated and one-device leaves are
+    raveled, PRNG keys keep buffers of their own; unpacking gives every leaf back,
+    placed as it was."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from mjxrunner import sharding
+    from mjxrunner.door import Layout, packer, unpacker
+
+    mesh = sharding.make_mesh(2)
+    split = NamedSharding(mesh, PartitionSpec(sharding.AXIS))
+    whole = NamedSharding(mesh, PartitionSpec())
+    tree = {
+        "pos": jax.device_put(np.arange(24.0, dtype=np.float32).reshape(4, 3, 2), split),
+        "done": jax.device_put(np.array([True, False, True, True]), split),
+        "t": jax.device_put(np.arange(4, dtype=np.float32), split),
+        "scale": jax.device_put(np.float32(2.5), whole),
+        "none": jax.device_put(np.zeros((4, 0), np.float32), whole),
+        "key": jax.device_put(jax.random.split(jax.random.key(0), 4), split),
+    }
+    layout = Layout.of(tree)
+    buffers = packer(layout)(jax.tree.leaves(tree))
+    kinds = sorted((k, str(d), shape) for k, d, _, shape in layout.buffers)
+    assert [k for k in kinds if k[0] != "own"] == [
+        ("flat", "float32", (1,)),  # scale and the empty leaf
+        ("rows", "bool", (4, 1)),
+        ("rows", "float32", (4, 7)),  # pos (6 per world) and t
+    ]
+    assert len(buffers) == 4 and sum(k[0] == "own" for k in kinds) == 1
+    back = layout.treedef.unflatten(unpacker(layout)(buffers))
+    for name, x in tree.items():
+        y = back[name]
+        assert y.sharding == x.sharding and y.shape == x.shape, name
+        if name == "key":
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+    with pytest.raises(ValueError, match="do not fit"):
+        layout.pack(jax.tree.leaves({**tree, "t": tree["t"][:2]}))
+
+
+def test_a_door_split_over_two_devices_steps_as_on_one(adapters):
+    one = adapters[AutoresetMode.SAME_STEP]
+    two = MjxVectorEnv(TASK, N, autoreset_mode="same_step", seed=SEED, devices=2)
+    obs, _ = one.reset(seed=SEED)
+    np.testing.assert_array_equal(two.reset(seed=SEED)[0], obs)
+    for _ in range(TASK.max_episode_steps + 2):  # through the restarts
+        u = policy(obs)
+        obs, _, term, trunc, info = one.step(u)
+        got = two.step(u)
+        np.testing.assert_allclose(got[0], obs, atol=ATOL)
+        np.testing.assert_array_equal(got[2] | got[3], term | trunc)
+        assert sorted(got[4]) == sorted(info)
+    assert two.state.runner.data.qpos.sharding.num_devices == 2

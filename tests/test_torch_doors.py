@@ -16,7 +16,7 @@ from rsl_rl.env import VecEnv
 from skrl.envs.wrappers.torch import wrap_env
 from tensordict import TensorDict
 
-from mjxrunner import CompileCounter, tasks
+from mjxrunner import CompileCounter, guards, tasks
 from mjxrunner import env as E
 from mjxrunner.brax import BraxEnv
 from mjxrunner.rsl_rl import RslRlVecEnv
@@ -148,15 +148,58 @@ def test_no_compiles_after_warm_up(door):
     assert compiles.count == 0
 
 
-def test_doors_and_the_functional_step_share_one_executable():
+def test_doors_share_one_compiled_step(door):
+    """The Gymnasium and torch doors of one task and size step the same packed
+    buffers with the same outputs: one executable between them."""
     from mjxrunner.gym import MjxVectorEnv
 
-    gym = MjxVectorEnv(TASK, N, autoreset_mode="SameStep")
-    gym.reset(seed=0)
-    gym.step(np.zeros((N, 1), np.float32))  # compiles the step of this structure
+    door.reset(seed=0)
+    door.step(torch.zeros(N, 1))  # compiled here (or earlier in this module)
+    gym = MjxVectorEnv(TASK, N, autoreset_mode="SameStep", seed=0)
     with CompileCounter() as compiles:
-        E.jit_step(gym.env, gym.state, np.zeros((N, 1), np.float32))
-    assert compiles.count == 0
+        gym.reset(seed=0)  # the reset and the packing of its state are compiled here
+        before = compiles.count
+        gym.step(np.zeros((N, 1), np.float32))
+    assert compiles.count == before
+
+
+def test_the_door_donates_only_its_own_buffers(door):
+    """The step updates the door's packed state in place; states handed out or
+    given to the door are arrays of their own and survive later steps."""
+    door.reset(seed=0)
+    given = door.state  # after a reset: the reset's own arrays, packed into copies
+    door.step(torch.zeros(N, 1))
+    held = door.state  # unpacked from the buffers
+    snapshot = [np.asarray(x).copy() for x in jax.tree.leaves(held)]
+    buffers = door._door._buffers
+    for t in range(3):
+        door.step(torch.from_numpy(actions(t)))
+    assert all(b.is_deleted() for b in buffers)  # donated to the steps
+    for x, y in zip(snapshot, jax.tree.leaves(held), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert not any(x.is_deleted() for x in jax.tree.leaves(given))
+
+
+def cart_off_centre(data):
+    return jnp.abs(data.qpos[:, 0]) > 0.06
+
+
+def test_a_raise_guard_keeps_the_state_of_before_the_step():
+    """With a ``"raise"`` guard nothing is donated: the failed step leaves the
+    state of before it."""
+    far = guards.Guard("far", detect=cart_off_centre, policy="raise")
+    door = TorchVecEnv(TASK, N, guards=[far])
+    door.reset(seed=0)
+    stepped = 0
+    with pytest.raises(guards.GuardError, match="far"):
+        for _ in range(TASK.max_episode_steps):
+            before = state_leaves(door)
+            door.step(torch.ones(N, 1))
+            stepped += 1
+    assert 1 <= stepped < TASK.max_episode_steps
+    for x, y in zip(before, state_leaves(door), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert door.episode_length.numpy().max() == stepped
 
 
 def test_rsl_rl_vec_env_interface(reference):
