@@ -45,6 +45,11 @@ cheaper per step when the start needs a forward pass, but episodes then begin fr
 only ``pool_size`` distinct states, drawn once, with the model the pool was made
 with.
 
+Per-world state across episodes (a task's curriculum, ``EnvState.curriculum``):
+:func:`reset` draws it; a restart first moves it for the restarted worlds by the
+state their episodes ended in, then draws their starts with it (see
+:mod:`mjxrunner.curriculum`). Such a task takes no reset pool.
+
 Everything the runner can do, the env can do, with the same arguments: impl
 "warp" with its capacities, ``devices=`` (every function runs under ``shard_map``
 over the ``"worlds"`` axis, restarts included), per-world parameters
@@ -82,6 +87,7 @@ from mjxrunner import (
     params,
     sharding,
 )
+from mjxrunner import curriculum as curriculum_
 from mjxrunner import guards as guards_
 from mjxrunner import tasks as tasks_
 from mjxrunner.models import HostModel, action_bounds, keyframe_id, load_any, start_data
@@ -158,6 +164,9 @@ class EnvState:
       history: ``{term: (num_envs, k, *term)}`` the last ``k`` noisy values of each
         term with a history (``""`` names an array observation), oldest first,
         before normalization; None without history.
+      curriculum: the task's per-world state across episodes
+        (``Task.initial_curriculum``; see :mod:`mjxrunner.curriculum`), each leaf
+        with a leading world axis; None for a task without one.
     """
 
     runner: RunnerState
@@ -170,6 +179,7 @@ class EnvState:
     obs_norm: normalize.ObsNorm | None = None
     info: Any = world_field(BATCHED, default=None)
     history: Any = world_field(BATCHED, default=None)
+    curriculum: Any = world_field(BATCHED, default=None)
 
     @property
     def terminated(self) -> jax.Array:
@@ -322,6 +332,11 @@ class Env:
         size = checks.count(size, "size", minimum=0)
         if size == 0:
             return self.replace(pool=None)
+        if self.task.has_curriculum:
+            raise ValueError(
+                f"task {self.task.name!r} places its starts by its curriculum: a reset pool "
+                "of fixed starts cannot follow it"
+            )
         if any(jax.tree.leaves(world_mask(self.model))):
             raise ValueError("a reset pool needs a model without per-world parameters")
         keys = core.init_keys(key, size)
@@ -489,7 +504,7 @@ def make(
     if restart_slots is None:
         restart_slots = -(-num_envs // 8)
     restart_slots = checks.count(restart_slots, "restart_slots")
-    m = load_any(task.model if model is None else model)
+    m = task.load_model() if model is None else load_any(model)
     if m.nu == 0:
         raise ValueError(f"task {task.name!r}: the model has no actuators to act with")
     if task.keyframe is not None:
@@ -549,18 +564,25 @@ def make(
 # --- restarting worlds -------------------------------------------------------------
 
 
-def _start_one(model: mjx.Model, start: mjx.Data, raw_key: jax.Array, task: Task) -> mjx.Data:
-    """One world's fresh start: the task's randomization, then (if the task asks for
-    it) a forward pass so that derived quantities match the new state."""
-    data = task.initial_state(model, start, jax.random.wrap_key_data(raw_key))
+def _start_one(
+    model: mjx.Model, start: mjx.Data, raw_key: jax.Array, task: Task, curriculum: Any = None
+) -> mjx.Data:
+    """One world's fresh start: the task's randomization (placed by the world's
+    curriculum state, if the task keeps one), then (if the task asks for it) a
+    forward pass so that derived quantities match the new state."""
+    extra = (curriculum,) if task.has_curriculum else ()
+    data = task.initial_state(model, start, jax.random.wrap_key_data(raw_key), *extra)
     return mjx.forward(model, data) if task.forward_on_reset else data
 
 
-def _draw_starts(model: Any, start: mjx.Data, raw_keys: jax.Array, task: Task) -> mjx.Data:
-    """Fresh starts for a batch of raw keys ``(n, 2)``; model leaves shared or per world."""
+def _draw_starts(
+    model: Any, start: mjx.Data, raw_keys: jax.Array, task: Task, curriculum: Any = None
+) -> mjx.Data:
+    """Fresh starts for a batch of raw keys ``(n, 2)`` (and curriculum states, each
+    leaf ``(n, ...)``); model leaves shared or per world."""
     model = FlatModel.of(model).tree
-    return jax.vmap(_start_one, in_axes=(world_axes(model), None, 0, None))(
-        model, start, raw_keys, task
+    return jax.vmap(_start_one, in_axes=(world_axes(model), None, 0, None, 0))(
+        model, start, raw_keys, task, curriculum
     )
 
 
@@ -619,11 +641,13 @@ class _Seen:
       info: the task's per-world state (None without one).
       history: the terms' histories (None without history).
       obs: what the policy receives, before normalization.
+      curriculum: the task's state across episodes (None without one).
     """
 
     info: Any = world_field(BATCHED)
     history: Any = world_field(BATCHED)
     obs: Any = world_field(BATCHED)
+    curriculum: Any = world_field(BATCHED, default=None)
 
 
 def _first_seen(env: Env, model: FlatModel, data: mjx.Data, draw: jax.Array) -> _Seen:
@@ -646,7 +670,13 @@ def _draws_every_step(env: Env) -> bool:
 
 
 def _draw_masked(
-    env: Env, model: FlatModel, draw: jax.Array, mask: jax.Array, current: mjx.Data, slots: int
+    env: Env,
+    model: FlatModel,
+    draw: jax.Array,
+    mask: jax.Array,
+    current: mjx.Data,
+    slots: int,
+    curriculum: Any = None,
 ) -> mjx.Data:
     """``current`` with fresh starts for the worlds in ``mask``, ``slots`` at a time.
 
@@ -658,14 +688,18 @@ def _draw_masked(
     compiled for another batch size: see the module docstring)."""
     n = mask.shape[0]
     if slots >= n:
-        return _draw_starts(model, env.start, draw, env.task)
+        return _draw_starts(model, env.start, draw, env.task, curriculum)
     tree = model.tree
 
     def one_pass(carry):
         data, todo = carry
         (index,) = jnp.nonzero(todo, size=slots, fill_value=n)  # n: past the end
         fresh = _draw_starts(
-            take_worlds(tree, index), env.start, draw[jnp.minimum(index, n - 1)], env.task
+            take_worlds(tree, index),
+            env.start,
+            draw[jnp.minimum(index, n - 1)],
+            env.task,
+            curriculum_.take(curriculum, index),
         )
         return put_worlds(data, index, fresh), todo.at[index].set(False, mode="drop")
 
@@ -681,12 +715,13 @@ def _fresh(
     mask: jax.Array,
     current: mjx.Data,
     slots: int,
+    curriculum: Any = None,
 ) -> RunnerState:
     """Fresh starts from raw draw keys for the worlds in ``mask`` (others keep
     ``current``), as a cleared ``RunnerState``."""
     n = draw.shape[0]
     if pool is None:
-        data = _draw_masked(env, model, draw, mask, current, slots)
+        data = _draw_masked(env, model, draw, mask, current, slots, curriculum)
     else:
         size = pool.qpos.shape[0]
         index = jax.vmap(lambda k: jax.random.randint(jax.random.wrap_key_data(k), (), 0, size))(
@@ -708,25 +743,30 @@ def _restart(
     seen: _Seen,
     mask: jax.Array,
     slots: int | None = None,
+    ended: Any = None,
 ) -> tuple[FlatModel, RunnerState, _Seen]:
-    """Restarts the worlds in ``mask`` through the engine's reset: parameters back
-    from the env's model (and redrawn if randomized), fresh data, cleared counters,
-    advanced keys, then a fresh info, history and observation. Skipped
-    (``lax.cond``) when ``mask`` selects no world. Starts are drawn ``slots``
-    worlds at a time (None: the env's ``restart_slots``)."""
+    """Restarts the worlds in ``mask`` through the engine's reset: the curriculum
+    moved by the ended episodes (``ended() -> (data, info)`` as they ended; None at
+    a reset), parameters back from the env's model (and redrawn if randomized),
+    fresh data, cleared counters, advanced keys, then a fresh info, history and
+    observation. Skipped (``lax.cond``) when ``mask`` selects no world. Starts are
+    drawn ``slots`` worlds at a time (None: the env's ``restart_slots``)."""
     slots = env.restart_slots if slots is None else slots
 
     def restart(model, runner, seen):
         rng, draw = core.split_streams(runner.rng)
         runner = runner.replace(rng=_pick(mask, rng, runner.rng))  # restarted ones advance
+        curriculum = curriculum_.restarted(env.task, model, seen.curriculum, ended, draw, mask)
 
         def source(m, s):  # drawn with the restored (and redrawn) parameters
-            return _fresh(env, pool, m, draw, mask, s.data, slots)
+            return _fresh(env, pool, m, draw, mask, s.data, slots, curriculum)
 
         model, runner = engine.reset_local(
             env.config, model, env.model, env.ref, runner, source, mask, jnp.asarray(False)
         )
-        return model, runner, _pick(mask, _first_seen(env, model, runner.data, draw), seen)
+        fresh = _first_seen(env, model, runner.data, draw)
+        seen = _pick(mask, fresh, seen.replace(curriculum=None))
+        return model, runner, seen.replace(curriculum=curriculum)
 
     # Both branches must return the same shapes: give the redrawn fields their world
     # axis first (a no-op once they have it).
@@ -824,7 +864,9 @@ def reset_from_keys(
         obs_norm = normalize.init(env.observation_spec, backend.float_dtype())
     elif not isinstance(obs_norm, normalize.ObsNorm):
         raise TypeError(f"obs_norm must be a normalize.ObsNorm or None, got {type(obs_norm)}")
-    return _sharded(_reset_local, env, keys, obs_norm, per_world=(0,))
+    # Each world's index in the whole batch (a curriculum may spread worlds by it).
+    world = jnp.arange(env.num_envs, dtype=jnp.int32)
+    return _sharded(_reset_local, env, keys, world, obs_norm, per_world=(0, 1))
 
 
 def _normalized(
@@ -841,7 +883,7 @@ def _normalized(
 
 
 def _reset_local(
-    env: Env, pool: Any, keys: jax.Array, obs_norm: normalize.ObsNorm | None
+    env: Env, pool: Any, keys: jax.Array, world: jax.Array, obs_norm: normalize.ObsNorm | None
 ) -> EnvState:
     n = keys.shape[0]
     runner = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
@@ -849,6 +891,7 @@ def _reset_local(
     shapes = jax.eval_shape(_first_seen, env, env.model, runner.data, keys)
     # A placeholder: every world restarts.
     seen = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    seen = seen.replace(curriculum=curriculum_.initial(env.task, env.model, keys, world))
     everyone = jnp.ones((n,), bool)
     model, runner, seen = _restart(env, pool, env.model, runner, seen, everyone, slots=n)
     obs_norm, obs = _normalized(env, obs_norm, seen.obs)
@@ -864,6 +907,7 @@ def _reset_local(
         obs_norm=obs_norm,
         info=seen.info,
         history=seen.history,
+        curriculum=seen.curriculum,
     )
 
 
@@ -973,7 +1017,12 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     # One compiled step serves every mode: the mode only chooses which worlds restart.
     restart = jnp.where(next_step, prev_done, same_step & done)
     runner = runner.replace(terminated=terminated, truncated=truncated)
-    model, restarted, seen = _restart(env, pool, model, runner, _Seen(info, history, obs), restart)
+    seen = _Seen(info, history, obs, state.curriculum)
+    # The state each episode ended in: "next_step" restarts after the ending step.
+    ended = lambda: curriculum_.episode_end(  # noqa: E731
+        next_step, (prev.data, state.info), (runner.data, info)
+    )
+    model, restarted, seen = _restart(env, pool, model, runner, seen, restart, ended=ended)
     new_obs = seen.obs
     # "same_step" reports the episode that just ended; "next_step" clears the flags.
     runner = restarted.replace(
@@ -1000,6 +1049,7 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         obs_norm=obs_norm,
         info=seen.info,
         history=seen.history,
+        curriculum=seen.curriculum,
     )
 
 
@@ -1029,8 +1079,9 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
 
 def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -> EnvState:
     model = env.model if state.model is None else state.model
-    seen = _Seen(state.info, state.history, state.obs)
-    model, runner, seen = _restart(env, pool, model, state.runner, seen, mask)
+    seen = _Seen(state.info, state.history, state.obs, state.curriculum)
+    ended = lambda: (state.runner.data, state.info)  # noqa: E731 - as the user stopped them
+    model, runner, seen = _restart(env, pool, model, state.runner, seen, mask, ended=ended)
     fresh = seen.obs
     if env.normalize is not None:  # scaled, not counted: steps count each world once
         fresh = normalize.apply(env.normalize, state.obs_norm, fresh)
@@ -1040,6 +1091,7 @@ def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -
         obs=obs,
         info=seen.info,
         history=seen.history,
+        curriculum=seen.curriculum,
         reward=jnp.where(mask, 0.0, state.reward).astype(state.reward.dtype),
         final_obs=_pick(mask, obs, state.final_obs),
         final_mask=state.final_mask & ~mask,
