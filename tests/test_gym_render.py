@@ -118,7 +118,11 @@ def test_every_task_is_registered_and_built_by_make_vec():
         env = gymnasium.make_vec(env_id, num_envs=3, vectorization_mode="vector_entry_point")
         assert isinstance(env, MjxVectorEnv) and env.num_envs == 3
         assert env.env.task.name == name and env.spec.id == env_id
-        assert env.observation_space.shape == (3, env.env.observation_size)
+        spec = env.env.observation_spec
+        if isinstance(spec, dict):  # observation terms: a Dict space
+            assert set(env.single_observation_space.spaces) == set(spec)
+        else:
+            assert env.observation_space.shape == (3, env.env.observation_size)
 
 
 def test_make_vec_passes_keyword_arguments_through():
