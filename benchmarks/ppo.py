@@ -228,8 +228,9 @@ def make_train(config: PPOConfig):
 
     ``metrics`` holds ``(num_updates,)`` arrays: ``mean_return`` (mean return of the
     episodes that ended during that update's rollout, NaN if none), ``episodes``,
-    ``policy_loss`` and ``value_loss``; for a task that logs ``info["metrics"]``,
-    each of those as ``info/<name>``, its mean over the rollout's steps and worlds.
+    ``mean_reward`` (per step, over the rollout), ``policy_loss`` and ``value_loss``;
+    for a task that logs ``info["metrics"]``, each of those as ``info/<name>``, its
+    mean over the rollout's steps and worlds.
     """
     env = config.make_env()
     obs_dim, act_dim = observation_size(env.observation_spec), env.action_size
@@ -305,6 +306,7 @@ def make_train(config: PPOConfig):
                 episodes > 0, (t.done * t.episode_return).sum() / episodes, jnp.nan
             ),
             "episodes": episodes,
+            "mean_reward": t.reward.mean(),
             "policy_loss": pl.mean(),
             "value_loss": vl.mean(),
             **{k: v.mean() for k, v in logs.items()},
@@ -355,6 +357,7 @@ def run(config: PPOConfig, seed: int) -> dict[str, Any]:
         "env_steps_per_s": round(total_steps / train_s),
         "mean_return": np.asarray(metrics["mean_return"]).tolist(),
         "episodes": np.asarray(metrics["episodes"]).astype(int).tolist(),
+        "mean_reward": np.asarray(metrics["mean_reward"]).tolist(),
         **{k: np.asarray(v).tolist() for k, v in metrics.items() if k.startswith("info/")},
         "params": params,
     }
@@ -370,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=PPOConfig.learning_rate)
     parser.add_argument("--entropy-coef", type=float, default=PPOConfig.entropy_coef)
     parser.add_argument("--hidden", type=int, default=PPOConfig.hidden)
+    parser.add_argument("--epochs", type=int, default=PPOConfig.epochs)
+    parser.add_argument("--minibatches", type=int, default=PPOConfig.minibatches)
     parser.add_argument("--normalize-obs", action="store_true")
     parser.add_argument("--latency", type=int, nargs=2, metavar=("LOW", "HIGH"))
     parser.add_argument("--push-interval", type=int, nargs=2, metavar=("FEWEST", "MOST"))
@@ -391,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         learning_rate=args.learning_rate,
         entropy_coef=args.entropy_coef,
         hidden=args.hidden,
+        epochs=args.epochs,
+        minibatches=args.minibatches,
         normalize_obs=args.normalize_obs,
         latency=None if args.latency is None else tuple(args.latency),
         pushes=pushes,

@@ -419,16 +419,18 @@ def test_ant_reward_tracks_the_command_in_the_body_frame():
     np.testing.assert_allclose(locomotion.projected_gravity(data), [0, 0, -1], atol=1e-6)
     zero = jnp.zeros(8)
     info = task.initial_info(model, data, jax.random.key(0))
+    dt = task.substeps * float(model.opt.timestep)  # rewards are per second of control
     perfect = {**info, "command": jnp.array([0.0, -1.0, 0.2])}
-    np.testing.assert_allclose(task.reward(model, data, zero, data, perfect), 1.5, rtol=1e-6)
+    np.testing.assert_allclose(task.reward(model, data, zero, data, perfect), 1.5 * dt, rtol=1e-6)
     off = {**info, "command": jnp.array([0.5, -1.0, 0.2])}  # 0.5 m/s off
-    expected = np.exp(-0.25 / locomotion.TRACKING_SIGMA) + 0.5
+    expected = (np.exp(-0.25 / locomotion.TRACKING_SIGMA) + 0.5) * dt
     np.testing.assert_allclose(task.reward(model, data, zero, data, off), expected, rtol=1e-6)
     # the action-rate and action penalties
     one = jnp.ones(8)
     w = locomotion.WEIGHTS
     shaken = task.reward(model, data, one, data, perfect)
-    np.testing.assert_allclose(shaken, 1.5 + 8 * (w["action_rate"] + w["action"]), rtol=1e-6)
+    penalty = 8 * (w["action_rate"] + w["action"])
+    np.testing.assert_allclose(shaken, (1.5 + penalty) * dt, rtol=1e-6)
     updated = task.update_info(model, data, one, data, off, jax.random.key(1))
     np.testing.assert_allclose(updated["metrics"]["lin_vel_error"], 0.5, rtol=1e-6)
     np.testing.assert_array_equal(updated["last_action"], one)
