@@ -9,10 +9,18 @@ bootstrap from zero.
 
     .venv/bin/python benchmarks/ppo.py                       # cartpole balance, ~1 M steps
     .venv/bin/python benchmarks/ppo.py --updates 20 --json   # shorter; JSON summary
+    .venv/bin/python benchmarks/ppo.py --task ant_velocity --num-envs 256 \
+        --normalize-obs --out curve.json                     # the ant's velocity tracking
 
 Prints the learning curve (mean return of the episodes that ended in each update),
 the compile time and the training throughput in env steps per second (steady state,
 compile excluded), with the backend identity.
+
+A task whose observation is a dict of terms (``mjxrunner.tasks.locomotion``) is fed
+to the MLP as the float vector terms concatenated in sorted order. A task that logs
+per-step metrics in ``info["metrics"]`` (the locomotion task's tracking errors) gets
+their mean over each update's rollout in the curve. ``--latency`` and
+``--push-interval``/``--push-speed`` pass the env's action latency and pushes.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import optax
 
 from mjxrunner import backend_info
 from mjxrunner import env as E
+from mjxrunner.events import Latency, Pushes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +62,11 @@ class PPOConfig:
       max_grad_norm: global gradient-norm clip.
       hidden: width of the two hidden layers of actor and critic.
       init_log_std: initial log standard deviation of the Gaussian policy.
+      normalize_obs: normalize observations by running statistics on device
+        (``mjxrunner.env.make(normalize_obs=True)``).
+      latency: None, or ``(low, high)`` control steps of action latency.
+      pushes: None, or ``(fewest, most, speed)``: horizontal kicks of up to ``speed``
+        m/s on the first free joint every ``fewest`` to ``most`` steps.
     """
 
     task: str = "cartpole_balance"
@@ -70,10 +84,55 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     hidden: int = 64
     init_log_std: float = -0.5
+    normalize_obs: bool = False
+    latency: tuple[int, int] | None = None
+    pushes: tuple[int, int, float] | None = None
 
     @property
     def steps_per_update(self) -> int:
         return self.num_envs * self.rollout_steps
+
+    def make_env(self) -> E.Env:
+        """The training env: ``"same_step"`` autoreset and the options above."""
+        options = {}
+        if self.latency is not None:
+            options["latency"] = Latency(*self.latency)
+        if self.pushes is not None:
+            fewest, most, speed = self.pushes
+            kick = ((-speed, speed), (-speed, speed))
+            options["pushes"] = Pushes(interval=(fewest, most), velocity=kick)
+        return E.make(
+            self.task,
+            self.num_envs,
+            autoreset="same_step",
+            normalize_obs=self.normalize_obs,
+            **options,
+        )
+
+
+# --- observations --------------------------------------------------------------------
+
+
+def observation_size(spec: Any) -> int:
+    """Length of the policy's input for one world's observation ``spec``."""
+    return sum(math.prod(s.shape) for s in _terms(spec))
+
+
+def flat_obs(obs: Any) -> jax.Array:
+    """``(..., obs_dim)``: an array observation as it is; a dict of terms as its
+    float vector terms concatenated in sorted order."""
+    if not isinstance(obs, dict):
+        return obs
+    return jnp.concatenate([obs[k] for k in sorted(obs)], axis=-1)
+
+
+def _terms(spec: Any) -> list:
+    if not isinstance(spec, dict):
+        return [spec]
+    for name, s in spec.items():
+        if len(s.shape) != 1 or not jnp.issubdtype(s.dtype, jnp.floating):
+            raise TypeError(f"the MLP takes float vector terms; term {name!r} is {s}")
+    return [spec[k] for k in sorted(spec)]
 
 
 # --- the actor-critic ------------------------------------------------------------------
@@ -169,10 +228,12 @@ def make_train(config: PPOConfig):
 
     ``metrics`` holds ``(num_updates,)`` arrays: ``mean_return`` (mean return of the
     episodes that ended during that update's rollout, NaN if none), ``episodes``,
-    ``policy_loss`` and ``value_loss``.
+    ``mean_reward`` (per step, over the rollout), ``policy_loss`` and ``value_loss``;
+    for a task that logs ``info["metrics"]``, each of those as ``info/<name>``, its
+    mean over the rollout's steps and worlds.
     """
-    env = E.make(config.task, config.num_envs, autoreset="same_step")
-    obs_dim, act_dim = env.observation_size, env.action_size
+    env = config.make_env()
+    obs_dim, act_dim = observation_size(env.observation_spec), env.action_size
     batch = config.steps_per_update
     if batch % config.minibatches:
         raise ValueError("num_envs * rollout_steps must be divisible by minibatches")
@@ -183,26 +244,34 @@ def make_train(config: PPOConfig):
         optax.clip_by_global_norm(config.max_grad_norm), optax.adam(schedule, eps=1e-5)
     )
 
+    def logged(state: E.EnvState) -> dict:
+        """The task's per-step metrics, averaged over the worlds."""
+        info = state.info
+        if not (isinstance(info, dict) and isinstance(info.get("metrics"), dict)):
+            return {}
+        return {f"info/{k}": jnp.mean(v) for k, v in info["metrics"].items()}
+
     def env_step(carry, _):
         params, state, key = carry
         key, k_act = jax.random.split(key)
-        mean = policy_mean(params, state.obs)
+        obs = flat_obs(state.obs)
+        mean = policy_mean(params, obs)
         noise = jax.random.normal(k_act, mean.shape)
         action = mean + jnp.exp(params["log_std"]) * noise
         log_prob = _log_prob(mean, params["log_std"], action)
         nxt = env.step(state, action)  # the env clips the action to its bounds
         t = Transition(
-            obs=state.obs,
+            obs=obs,
             action=action,
             log_prob=log_prob,
-            value=value(params, state.obs),
+            value=value(params, obs),
             reward=nxt.reward,
-            next_value=value(params, nxt.final_obs),
+            next_value=value(params, flat_obs(nxt.final_obs)),
             terminated=nxt.terminated.astype(jnp.float32),
             done=nxt.done.astype(jnp.float32),
             episode_return=nxt.stats.last_return,
         )
-        return (params, nxt, key), t
+        return (params, nxt, key), (t, logged(nxt))
 
     def update_minibatch(carry, mb):
         params, opt_state = carry
@@ -220,7 +289,7 @@ def make_train(config: PPOConfig):
 
     def one_update(carry, _):
         params, opt_state, state, key = carry
-        (params, state, key), t = jax.lax.scan(
+        (params, state, key), (t, logs) = jax.lax.scan(
             env_step, (params, state, key), None, length=config.rollout_steps
         )
         adv, target = _advantages(t, config)
@@ -237,8 +306,10 @@ def make_train(config: PPOConfig):
                 episodes > 0, (t.done * t.episode_return).sum() / episodes, jnp.nan
             ),
             "episodes": episodes,
+            "mean_reward": t.reward.mean(),
             "policy_loss": pl.mean(),
             "value_loss": vl.mean(),
+            **{k: v.mean() for k, v in logs.items()},
         }
         return (params, opt_state, state, key), metrics
 
@@ -255,7 +326,7 @@ def make_train(config: PPOConfig):
 
 def evaluate_random(config: PPOConfig, key: jax.Array, steps: int) -> float:
     """Mean return of a uniformly random policy over ``steps`` env steps (a baseline)."""
-    env = E.make(config.task, config.num_envs, autoreset="same_step")
+    env = config.make_env()
 
     def body(state, k):
         u = jax.random.uniform(k, (env.num_envs, env.action_size), minval=env.low, maxval=env.high)
@@ -286,6 +357,8 @@ def run(config: PPOConfig, seed: int) -> dict[str, Any]:
         "env_steps_per_s": round(total_steps / train_s),
         "mean_return": np.asarray(metrics["mean_return"]).tolist(),
         "episodes": np.asarray(metrics["episodes"]).astype(int).tolist(),
+        "mean_reward": np.asarray(metrics["mean_reward"]).tolist(),
+        **{k: np.asarray(v).tolist() for k, v in metrics.items() if k.startswith("info/")},
         "params": params,
     }
 
@@ -297,32 +370,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollout-steps", type=int, default=PPOConfig.rollout_steps)
     parser.add_argument("--updates", type=int, default=PPOConfig.num_updates)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--learning-rate", type=float, default=PPOConfig.learning_rate)
+    parser.add_argument("--entropy-coef", type=float, default=PPOConfig.entropy_coef)
+    parser.add_argument("--hidden", type=int, default=PPOConfig.hidden)
+    parser.add_argument("--epochs", type=int, default=PPOConfig.epochs)
+    parser.add_argument("--minibatches", type=int, default=PPOConfig.minibatches)
+    parser.add_argument("--normalize-obs", action="store_true")
+    parser.add_argument("--latency", type=int, nargs=2, metavar=("LOW", "HIGH"))
+    parser.add_argument("--push-interval", type=int, nargs=2, metavar=("FEWEST", "MOST"))
+    parser.add_argument("--push-speed", type=float, default=0.5)
+    parser.add_argument(
+        "--baseline-steps", type=int, default=500, help="steps of the random baseline (0: none)"
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    parser.add_argument("--out", help="write the JSON summary to this file")
     args = parser.parse_args(argv)
+    pushes = None
+    if args.push_interval is not None:
+        pushes = (*args.push_interval, args.push_speed)
     config = PPOConfig(
         task=args.task,
         num_envs=args.num_envs,
         rollout_steps=args.rollout_steps,
         num_updates=args.updates,
+        learning_rate=args.learning_rate,
+        entropy_coef=args.entropy_coef,
+        hidden=args.hidden,
+        epochs=args.epochs,
+        minibatches=args.minibatches,
+        normalize_obs=args.normalize_obs,
+        latency=None if args.latency is None else tuple(args.latency),
+        pushes=pushes,
     )
     result = run(config, args.seed)
-    baseline = evaluate_random(config, jax.random.key(args.seed + 1), 500)
+    baseline = float("nan")
+    if args.baseline_steps:
+        baseline = evaluate_random(config, jax.random.key(args.seed + 1), args.baseline_steps)
     curve = result["mean_return"]
+    logged = sorted(k for k in result if k.startswith("info/"))
     print(f"PPO on {config.task}: {config.num_envs} worlds x {config.rollout_steps} steps/update")
     print(f"random policy: mean return {baseline:.1f}")
     every = max(1, len(curve) // 25)
     for i in range(0, len(curve), every):
+        extra = "".join(f"  {k[5:]} {result[k][i]:.3f}" for k in logged)
         print(f"update {i + 1:4d}  env steps {(i + 1) * config.steps_per_update:9d}  "
-              f"mean return {curve[i]:8.1f}")  # fmt: skip
+              f"mean return {curve[i]:8.1f}{extra}")  # fmt: skip
     tail = [r for r in curve[-10:] if not math.isnan(r)]
     final = float(np.mean(tail)) if tail else float("nan")
     print(f"final mean return (last 10 updates): {final:.1f}")
     print(f"compile {result['compile_s']} s; training {result['train_s']} s for "
           f"{result['env_steps']} env steps = {result['env_steps_per_s']} env steps/s")  # fmt: skip
+    summary = {k: v for k, v in result.items() if k != "params"}
+    summary.update(random_return=baseline, final_return=final, backend=backend_info("jax"))
     if args.json:
-        summary = {k: v for k, v in result.items() if k != "params"}
-        summary.update(random_return=baseline, final_return=final, backend=backend_info("jax"))
         print(json.dumps(summary))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(summary, f)
     return 0
 
 

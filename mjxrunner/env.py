@@ -45,6 +45,11 @@ cheaper per step when the start needs a forward pass, but episodes then begin fr
 only ``pool_size`` distinct states, drawn once, with the model the pool was made
 with.
 
+Per-world state across episodes (a task's curriculum, ``EnvState.curriculum``):
+:func:`reset` draws it; a restart first moves it for the restarted worlds by the
+state their episodes ended in, then draws their starts with it (see
+:mod:`mjxrunner.curriculum`). Such a task takes no reset pool.
+
 Everything the runner can do, the env can do, with the same arguments: impl
 "warp" with its capacities, ``devices=`` (every function runs under ``shard_map``
 over the ``"worlds"`` axis, restarts included), per-world parameters
@@ -97,6 +102,7 @@ from mjxrunner import (
     pixels,
     sharding,
 )
+from mjxrunner import curriculum as curriculum_
 from mjxrunner import guards as guards_
 from mjxrunner import tasks as tasks_
 from mjxrunner.models import HostModel, action_bounds, keyframe_id, load_any, start_data
@@ -191,6 +197,9 @@ class EnvState:
         before normalization; None without history.
       last_frames: a pixel env's last rendered frames when it renders every k-th
         step (:class:`LastFrames`), else None.
+      curriculum: the task's per-world state across episodes
+        (``Task.initial_curriculum``; see :mod:`mjxrunner.curriculum`), each leaf
+        with a leading world axis; None for a task without one.
     """
 
     runner: RunnerState
@@ -204,6 +213,7 @@ class EnvState:
     info: Any = world_field(BATCHED, default=None)
     history: Any = world_field(BATCHED, default=None)
     last_frames: LastFrames | None = None
+    curriculum: Any = world_field(BATCHED, default=None)
 
     @property
     def terminated(self) -> jax.Array:
@@ -365,6 +375,11 @@ class Env:
         size = checks.count(size, "size", minimum=0)
         if size == 0:
             return self.replace(pool=None)
+        if self.task.has_curriculum:
+            raise ValueError(
+                f"task {self.task.name!r} places its starts by its curriculum: a reset pool "
+                "of fixed starts cannot follow it"
+            )
         if any(jax.tree.leaves(world_mask(self.model))):
             raise ValueError("a reset pool needs a model without per-world parameters")
         keys = core.init_keys(key, size)
@@ -538,7 +553,7 @@ def make(
             f"task {task.name!r} observes pixels, which MJX renders only with MuJoCo "
             f"Warp (mjx.render has no impl {impl!r}): make the env with impl='warp'"
         )
-    m = load_any(task.model if model is None else model)
+    m = task.load_model() if model is None else load_any(model)
     if m.nu == 0:
         raise ValueError(f"task {task.name!r}: the model has no actuators to act with")
     if task.pixels is not None:
@@ -626,18 +641,25 @@ def _renderers(
 # --- restarting worlds -------------------------------------------------------------
 
 
-def _start_one(model: mjx.Model, start: mjx.Data, raw_key: jax.Array, task: Task) -> mjx.Data:
-    """One world's fresh start: the task's randomization, then (if the task asks for
-    it) a forward pass so that derived quantities match the new state."""
-    data = task.initial_state(model, start, jax.random.wrap_key_data(raw_key))
+def _start_one(
+    model: mjx.Model, start: mjx.Data, raw_key: jax.Array, task: Task, curriculum: Any = None
+) -> mjx.Data:
+    """One world's fresh start: the task's randomization (placed by the world's
+    curriculum state, if the task keeps one), then (if the task asks for it) a
+    forward pass so that derived quantities match the new state."""
+    extra = (curriculum,) if task.has_curriculum else ()
+    data = task.initial_state(model, start, jax.random.wrap_key_data(raw_key), *extra)
     return mjx.forward(model, data) if task.forward_on_reset else data
 
 
-def _draw_starts(model: Any, start: mjx.Data, raw_keys: jax.Array, task: Task) -> mjx.Data:
-    """Fresh starts for a batch of raw keys ``(n, 2)``; model leaves shared or per world."""
+def _draw_starts(
+    model: Any, start: mjx.Data, raw_keys: jax.Array, task: Task, curriculum: Any = None
+) -> mjx.Data:
+    """Fresh starts for a batch of raw keys ``(n, 2)`` (and curriculum states, each
+    leaf ``(n, ...)``); model leaves shared or per world."""
     model = FlatModel.of(model).tree
-    return jax.vmap(_start_one, in_axes=(world_axes(model), None, 0, None))(
-        model, start, raw_keys, task
+    return jax.vmap(_start_one, in_axes=(world_axes(model), None, 0, None, 0))(
+        model, start, raw_keys, task, curriculum
     )
 
 
@@ -700,12 +722,14 @@ class _Seen:
       history: the terms' histories (None without history).
       obs: what the policy receives, before normalization.
       frames: the raw frames kept between renders (``LastFrames.frames``), or None.
+      curriculum: the task's state across episodes (None without one).
     """
 
     info: Any = world_field(BATCHED)
     history: Any = world_field(BATCHED)
     obs: Any = world_field(BATCHED)
     frames: Any = world_field(BATCHED, default=None)
+    curriculum: Any = world_field(BATCHED, default=None)
 
 
 def _keeps_frames(env: Env) -> bool:
@@ -801,7 +825,13 @@ def _draws_every_step(env: Env) -> bool:
 
 
 def _draw_masked(
-    env: Env, model: FlatModel, draw: jax.Array, mask: jax.Array, current: mjx.Data, slots: int
+    env: Env,
+    model: FlatModel,
+    draw: jax.Array,
+    mask: jax.Array,
+    current: mjx.Data,
+    slots: int,
+    curriculum: Any = None,
 ) -> mjx.Data:
     """``current`` with fresh starts for the worlds in ``mask``, ``slots`` at a time.
 
@@ -813,14 +843,18 @@ def _draw_masked(
     compiled for another batch size: see the module docstring)."""
     n = mask.shape[0]
     if slots >= n:
-        return _draw_starts(model, env.start, draw, env.task)
+        return _draw_starts(model, env.start, draw, env.task, curriculum)
     tree = model.tree
 
     def one_pass(carry):
         data, todo = carry
         (index,) = jnp.nonzero(todo, size=slots, fill_value=n)  # n: past the end
         fresh = _draw_starts(
-            take_worlds(tree, index), env.start, draw[jnp.minimum(index, n - 1)], env.task
+            take_worlds(tree, index),
+            env.start,
+            draw[jnp.minimum(index, n - 1)],
+            env.task,
+            curriculum_.take(curriculum, index),
         )
         return put_worlds(data, index, fresh), todo.at[index].set(False, mode="drop")
 
@@ -836,12 +870,13 @@ def _fresh(
     mask: jax.Array,
     current: mjx.Data,
     slots: int,
+    curriculum: Any = None,
 ) -> RunnerState:
     """Fresh starts from raw draw keys for the worlds in ``mask`` (others keep
     ``current``), as a cleared ``RunnerState``."""
     n = draw.shape[0]
     if pool is None:
-        data = _draw_masked(env, model, draw, mask, current, slots)
+        data = _draw_masked(env, model, draw, mask, current, slots, curriculum)
     else:
         size = pool.qpos.shape[0]
         index = jax.vmap(lambda k: jax.random.randint(jax.random.wrap_key_data(k), (), 0, size))(
@@ -863,26 +898,30 @@ def _restart(
     seen: _Seen,
     mask: jax.Array,
     slots: int | None = None,
+    ended: Any = None,
 ) -> tuple[FlatModel, RunnerState, _Seen]:
-    """Restarts the worlds in ``mask`` through the engine's reset: parameters back
-    from the env's model (and redrawn if randomized), fresh data, cleared counters,
-    advanced keys, then a fresh info, history and observation. Skipped
-    (``lax.cond``) when ``mask`` selects no world. Starts are drawn ``slots``
-    worlds at a time (None: the env's ``restart_slots``)."""
+    """Restarts the worlds in ``mask`` through the engine's reset: the curriculum
+    moved by the ended episodes (``ended() -> (data, info)`` as they ended; None at
+    a reset), parameters back from the env's model (and redrawn if randomized),
+    fresh data, cleared counters, advanced keys, then a fresh info, history and
+    observation. Skipped (``lax.cond``) when ``mask`` selects no world. Starts are
+    drawn ``slots`` worlds at a time (None: the env's ``restart_slots``)."""
     slots = env.restart_slots if slots is None else slots
 
     def restart(model, runner, seen):
         rng, draw = core.split_streams(runner.rng)
         runner = runner.replace(rng=_pick(mask, rng, runner.rng))  # restarted ones advance
+        curriculum = curriculum_.restarted(env.task, model, seen.curriculum, ended, draw, mask)
 
         def source(m, s):  # drawn with the restored (and redrawn) parameters
-            return _fresh(env, pool, m, draw, mask, s.data, slots)
+            return _fresh(env, pool, m, draw, mask, s.data, slots, curriculum)
 
         model, runner = engine.reset_local(
             env.config, model, env.model, env.ref, runner, source, mask, jnp.asarray(False)
         )
         data, first = _first_seen(env, model, runner.data, draw, mask, slots)
-        return model, runner.replace(data=data), _pick(mask, first, seen)
+        seen = _pick(mask, first, seen.replace(curriculum=None))
+        return model, runner.replace(data=data), seen.replace(curriculum=curriculum)
 
     # Both branches must return the same shapes: give the redrawn fields their world
     # axis first (a no-op once they have it).
@@ -980,7 +1019,9 @@ def reset_from_keys(
         obs_norm = normalize.init(env.observation_spec, backend.float_dtype())
     elif not isinstance(obs_norm, normalize.ObsNorm):
         raise TypeError(f"obs_norm must be a normalize.ObsNorm or None, got {type(obs_norm)}")
-    return _sharded(_reset_local, env, keys, obs_norm, per_world=(0,))
+    # Each world's index in the whole batch (a curriculum may spread worlds by it).
+    world = jnp.arange(env.num_envs, dtype=jnp.int32)
+    return _sharded(_reset_local, env, keys, world, obs_norm, per_world=(0, 1))
 
 
 def _normalized(
@@ -997,7 +1038,7 @@ def _normalized(
 
 
 def _reset_local(
-    env: Env, pool: Any, keys: jax.Array, obs_norm: normalize.ObsNorm | None
+    env: Env, pool: Any, keys: jax.Array, world: jax.Array, obs_norm: normalize.ObsNorm | None
 ) -> EnvState:
     n = keys.shape[0]
     runner = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
@@ -1005,6 +1046,7 @@ def _reset_local(
     _, shapes = jax.eval_shape(_first_seen, env, env.model, runner.data, keys)
     # A placeholder: every world restarts.
     seen = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    seen = seen.replace(curriculum=curriculum_.initial(env.task, env.model, keys, world))
     everyone = jnp.ones((n,), bool)
     model, runner, seen = _restart(env, pool, env.model, runner, seen, everyone, slots=n)
     obs_norm, obs = _normalized(env, obs_norm, seen.obs)
@@ -1021,6 +1063,7 @@ def _reset_local(
         info=seen.info,
         history=seen.history,
         last_frames=None if seen.frames is None else LastFrames(seen.frames, jnp.int32(0)),
+        curriculum=seen.curriculum,
     )
 
 
@@ -1135,8 +1178,13 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     # One compiled step serves every mode: the mode only chooses which worlds restart.
     restart = jnp.where(next_step, prev_done, same_step & done)
     runner = runner.replace(terminated=terminated, truncated=truncated)
-    seen = _Seen(info, history, obs, None if last is None else last.frames)
-    model, restarted, seen = _restart(env, pool, model, runner, seen, restart)
+    frames = None if last is None else last.frames
+    seen = _Seen(info, history, obs, frames, state.curriculum)
+    # The state each episode ended in: "next_step" restarts after the ending step.
+    ended = lambda: curriculum_.episode_end(  # noqa: E731
+        next_step, (prev.data, state.info), (runner.data, info)
+    )
+    model, restarted, seen = _restart(env, pool, model, runner, seen, restart, ended=ended)
     new_obs = seen.obs
     # "same_step" reports the episode that just ended; "next_step" clears the flags.
     runner = restarted.replace(
@@ -1164,6 +1212,7 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         info=seen.info,
         history=seen.history,
         last_frames=None if last is None else last.replace(frames=seen.frames),
+        curriculum=seen.curriculum,
     )
 
 
@@ -1194,8 +1243,10 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
 def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -> EnvState:
     model = env.model if state.model is None else state.model
     last = state.last_frames
-    seen = _Seen(state.info, state.history, state.obs, None if last is None else last.frames)
-    model, runner, seen = _restart(env, pool, model, state.runner, seen, mask)
+    frames = None if last is None else last.frames
+    seen = _Seen(state.info, state.history, state.obs, frames, state.curriculum)
+    ended = lambda: (state.runner.data, state.info)  # noqa: E731 - as the user stopped them
+    model, runner, seen = _restart(env, pool, model, state.runner, seen, mask, ended=ended)
     fresh = seen.obs
     if env.normalize is not None:  # scaled, not counted: steps count each world once
         fresh = normalize.apply(env.normalize, state.obs_norm, fresh)
@@ -1206,6 +1257,7 @@ def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -
         info=seen.info,
         history=seen.history,
         last_frames=None if last is None else last.replace(frames=seen.frames),
+        curriculum=seen.curriculum,
         reward=jnp.where(mask, 0.0, state.reward).astype(state.reward.dtype),
         final_obs=_pick(mask, obs, state.final_obs),
         final_mask=state.final_mask & ~mask,

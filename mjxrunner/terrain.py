@@ -452,20 +452,40 @@ def scene(
         a foot site that does not exist or whose body has no colliding geom.
     """
     config = TerrainConfig() if config is None else config
-    checks.real(foot_radius, "foot_radius", positive=True)
-    if isinstance(feet, str):
-        raise TypeError("feet must be a sequence of site names, got a str")
     terrain = generate(config)
-    spec = mujoco.MjSpec.from_file(str(models.path(robot)))
+    spec = _robot_spec(robot, feet, foot_radius)
     old = spec.geom(floor)
     if old is None:
         raise ValueError(f"scene {robot!r} has no geom named {floor!r} to replace")
     geom = add_to_spec(spec, terrain, like=floor)
     spec.delete(old)
     _grid_material(spec, geom, config.tile_size)
+    return spec.compile(), terrain
+
+
+def flat_scene(
+    robot: str = "ant", feet: Sequence[str] = ANT_FEET, foot_radius: float = 0.05
+) -> mujoco.MjModel:
+    """A registry scene on its own flat floor, with the sphere feet of :func:`scene`:
+    the flat-ground twin of a terrain scene, so a policy meets the same contacts on
+    both.
+
+    Raises:
+      TypeError, ValueError: an unknown robot, or a foot site that does not exist or
+        whose body has no colliding geom.
+    """
+    return _robot_spec(robot, feet, foot_radius).compile()
+
+
+def _robot_spec(robot: str, feet: Sequence[str], foot_radius: float) -> mujoco.MjSpec:
+    """The scene ``robot`` as a spec, with sphere feet at the sites ``feet``."""
+    checks.real(foot_radius, "foot_radius", positive=True)
+    if isinstance(feet, str):
+        raise TypeError("feet must be a sequence of site names, got a str")
+    spec = mujoco.MjSpec.from_file(str(models.path(robot)))
     for name in feet:
         _sphere_foot(spec, name, foot_radius)
-    return spec.compile(), terrain
+    return spec
 
 
 def _grid_material(spec: mujoco.MjSpec, geom: mujoco.MjsGeom, tile_size: float) -> None:
@@ -549,14 +569,56 @@ def _check_worlds(n: int, **arrays: tuple[jax.Array, tuple[int, ...]]) -> None:
             raise ValueError(f"{name} must have shape {(n, *core)}, got {jnp.shape(value)}")
 
 
+def _typed_key(key: jax.Array) -> jax.Array:
+    """One world's key as a typed key, from a typed key or ``(2,)`` uint32 raw data."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.wrap_key_data(key)
+
+
+def _level_draw(key: jax.Array, count: int) -> jax.Array:
+    """``()`` int32 uniform in ``[0, count)`` from one world's typed key."""
+    return jax.random.randint(key, (), 0, count).astype(jnp.int32)
+
+
+def _next_level(
+    key: jax.Array,
+    level: jax.Array,
+    walked: jax.Array,
+    commanded: jax.Array,
+    levels: int,
+    up_distance: float,
+    down_fraction: float,
+) -> jax.Array:
+    """One world's level after its episode (the rule of the module docstring)."""
+    up = walked > up_distance
+    down = (walked < down_fraction * commanded) & ~up
+    new = level + up.astype(jnp.int32) - down.astype(jnp.int32)
+    anywhere = _level_draw(key, levels)
+    return jnp.where(new >= levels, anywhere, jnp.maximum(new, 0)).astype(jnp.int32)
+
+
+def _spawn(
+    key: jax.Array, level: jax.Array, column: jax.Array, origins: jax.Array, radius: float
+) -> jax.Array:
+    """``(3,)``: the origin of tile ``(level, column)`` plus a horizontal offset
+    uniform in ``[-radius, radius]^2``."""
+    offset = jax.random.uniform(key, (2,), jnp.float32, -1, 1)
+    return origins[level, column] + jnp.concatenate([radius * offset, jnp.zeros(1)])
+
+
+def _origins(origins: Any) -> jax.Array:
+    if jnp.ndim(origins) != 3 or jnp.shape(origins)[2] != 3:
+        raise ValueError(f"origins must be (levels, columns, 3), got {jnp.shape(origins)}")
+    return jnp.asarray(origins, jnp.float32)
+
+
 def initial_levels(keys: jax.Array, max_initial_level: int) -> jax.Array:
     """``(num_envs,)`` int32 levels, uniform in ``[0, max_initial_level]``, each
     from its world's key (``(num_envs, 2)`` raw or ``(num_envs,)`` typed)."""
     keys = _world_keys(keys)
     checks.count(max_initial_level, "max_initial_level", minimum=0)
-    return jax.vmap(
-        lambda k: jax.random.randint(jax.random.wrap_key_data(k), (), 0, max_initial_level + 1)
-    )(keys).astype(jnp.int32)
+    return jax.vmap(lambda k: _level_draw(_typed_key(k), max_initial_level + 1))(keys)
 
 
 def world_columns(num_envs: int, columns: int) -> jax.Array:
@@ -598,11 +660,9 @@ def next_levels(
     checks.count(levels, "levels")
 
     def one(key, level, walked, commanded):
-        up = walked > up_distance
-        down = (walked < down_fraction * commanded) & ~up
-        new = level + up.astype(jnp.int32) - down.astype(jnp.int32)
-        anywhere = jax.random.randint(jax.random.wrap_key_data(key), (), 0, levels)
-        return jnp.where(new >= levels, anywhere, jnp.maximum(new, 0)).astype(jnp.int32)
+        return _next_level(
+            _typed_key(key), level, walked, commanded, levels, up_distance, down_fraction
+        )
 
     return jax.vmap(one)(keys, jnp.asarray(level, jnp.int32), walked, commanded)
 
@@ -619,26 +679,78 @@ def spawn_points(
     keys = _world_keys(keys)
     n = keys.shape[0]
     _check_worlds(n, level=(level, ()), column=(column, ()))
-    if jnp.ndim(origins) != 3 or jnp.shape(origins)[2] != 3:
-        raise ValueError(f"origins must be (levels, columns, 3), got {jnp.shape(origins)}")
-    origins = jnp.asarray(origins, jnp.float32)
+    origins = _origins(origins)
+    return jax.vmap(lambda k, lv, c: _spawn(_typed_key(k), lv, c, origins, radius))(
+        keys, level, column
+    )
 
-    def one(key, level, column):
-        offset = jax.random.uniform(jax.random.wrap_key_data(key), (2,), jnp.float32, -1, 1)
-        return origins[level, column] + jnp.concatenate([radius * offset, jnp.zeros(1)])
 
-    return jax.vmap(one)(keys, level, column)
+# --- one world: what a task's curriculum hooks call (the env vmaps them) ------------------
+
+
+def start_world(
+    key: jax.Array, world: jax.Array, origins: jax.Array, config: TerrainConfig
+) -> Curriculum:
+    """One world's :class:`Curriculum` at the start of a run (unbatched leaves:
+    ``level`` and ``column`` ``()``, ``spawn`` ``(3,)``): a level uniform in
+    ``[0, max_initial_level]``, column ``world % columns``, a spawn point on that
+    tile. :func:`init` is this for every world.
+
+    Args:
+      key: the world's typed key (or ``(2,)`` raw key data).
+      world: ``()`` int, the world's index in the batch.
+      origins: ``(levels, columns, 3)``, :attr:`Terrain.origins`.
+      config: the terrain's config.
+    """
+    k_level, k_spawn = jax.random.split(_typed_key(key))
+    level = _level_draw(k_level, config.max_initial_level + 1)
+    column = jnp.asarray(world, jnp.int32) % config.columns
+    spawn = _spawn(k_spawn, level, column, _origins(origins), config.spawn_radius)
+    return Curriculum(level=level, column=column, spawn=spawn)
+
+
+def end_episode(
+    state: Curriculum,
+    key: jax.Array,
+    position: jax.Array,
+    commanded: jax.Array,
+    origins: jax.Array,
+    config: TerrainConfig,
+) -> Curriculum:
+    """One world's :class:`Curriculum` after its episode ended: its new level
+    (the rule of the module docstring) and the spawn point of its next episode.
+    :func:`end_episodes` is this for the worlds that ended.
+
+    Args:
+      state: the world's curriculum (unbatched).
+      key: the world's typed key (or ``(2,)`` raw key data).
+      position: ``(2 or 3,)`` where the robot ended (e.g. its root's position).
+      commanded: ``()`` the distance the episode's command asked for.
+      origins: ``(levels, columns, 3)``, :attr:`Terrain.origins`.
+      config: the terrain's config.
+    """
+    k_level, k_spawn = jax.random.split(_typed_key(key))
+    walked = jnp.linalg.norm(position[:2] - state.spawn[:2])
+    level = _next_level(
+        k_level,
+        state.level,
+        walked,
+        commanded,
+        config.levels,
+        config.up_fraction * config.tile_size,
+        config.down_fraction,
+    )
+    spawn = _spawn(k_spawn, level, state.column, _origins(origins), config.spawn_radius)
+    return state.replace(level=level, spawn=spawn)
 
 
 def init(keys: jax.Array, origins: jax.Array, config: TerrainConfig) -> Curriculum:
-    """Every world's start: a level from :func:`initial_levels`, its column from
-    :func:`world_columns`, a spawn point from :func:`spawn_points`."""
+    """Every world's start: :func:`start_world` for world ``i`` with its key
+    (``(num_envs, 2)`` raw or ``(num_envs,)`` typed)."""
     keys = _world_keys(keys)
-    k_level, k_spawn = _split(keys)
-    level = initial_levels(k_level, config.max_initial_level)
-    column = world_columns(keys.shape[0], config.columns)
-    spawn = spawn_points(k_spawn, level, column, origins, config.spawn_radius)
-    return Curriculum(level=level, column=column, spawn=spawn)
+    origins = _origins(origins)
+    world = jnp.arange(keys.shape[0], dtype=jnp.int32)
+    return jax.vmap(lambda k, w: start_world(k, w, origins, config))(keys, world)
 
 
 def end_episodes(
@@ -651,7 +763,7 @@ def end_episodes(
     config: TerrainConfig,
 ) -> Curriculum:
     """The curriculum after the episodes of the worlds in ``done`` ended: their new
-    levels (:func:`next_levels`) and the spawn points of their next episodes. Other
+    levels and the spawn points of their next episodes (:func:`end_episode`). Other
     worlds are unchanged.
 
     Args:
@@ -666,30 +778,15 @@ def end_episodes(
     """
     keys = _world_keys(keys)
     n = keys.shape[0]
-    _check_worlds(n, level=(state.level, ()), done=(done, ()))
+    _check_worlds(n, level=(state.level, ()), done=(done, ()), commanded=(commanded, ()))
     if jnp.ndim(position) != 2 or jnp.shape(position)[0] != n or jnp.shape(position)[1] < 2:
         raise ValueError(f"position must be (num_envs, 2 or 3), got {jnp.shape(position)}")
-    k_level, k_spawn = _split(keys)
-    walked = jnp.linalg.norm(position[:, :2] - state.spawn[:, :2], axis=-1)
-    level = next_levels(
-        k_level,
-        state.level,
-        walked,
-        commanded,
-        config.levels,
-        config.up_fraction * config.tile_size,
-        config.down_fraction,
+    origins = _origins(origins)
+    new = jax.vmap(lambda s, k, p, c: end_episode(s, k, p, c, origins, config))(
+        state, keys, position, commanded
     )
-    spawn = spawn_points(k_spawn, level, state.column, origins, config.spawn_radius)
-    pick = jax.vmap(lambda d, new, old: jnp.where(d, new, old))  # scalar done per world
-    return state.replace(level=pick(done, level, state.level), spawn=pick(done, spawn, state.spawn))
-
-
-def _split(keys: jax.Array) -> tuple[jax.Array, jax.Array]:
-    both = jax.vmap(lambda k: jax.random.key_data(jax.random.split(jax.random.wrap_key_data(k))))(
-        keys
-    )
-    return both[:, 0], both[:, 1]
+    pick = jax.vmap(lambda d, a, b: jnp.where(d, a, b))  # scalar done per world
+    return jax.tree.map(lambda a, b: pick(done, a, b), new, state)
 
 
 __all__: Sequence[str] = (
@@ -701,6 +798,8 @@ __all__: Sequence[str] = (
     "add_to_spec",
     "column_types",
     "difficulty",
+    "flat_scene",
+    "end_episode",
     "end_episodes",
     "generate",
     "ground_height",
@@ -709,5 +808,6 @@ __all__: Sequence[str] = (
     "next_levels",
     "scene",
     "spawn_points",
+    "start_world",
     "world_columns",
 )

@@ -118,10 +118,12 @@ def test_every_task_is_registered_and_built_by_make_vec():
         env = gymnasium.make_vec(env_id, num_envs=3, vectorization_mode="vector_entry_point")
         assert isinstance(env, MjxVectorEnv) and env.num_envs == 3
         assert env.env.task.name == name and env.spec.id == env_id
-        if env.env.task.pixels is None:
+        spec = env.env.observation_spec
+        if isinstance(spec, dict):  # observation terms: a Dict space
+            assert set(env.single_observation_space.spaces) == set(spec)
+        else:
             assert env.observation_space.shape == (3, env.env.observation_size)
-        else:  # frames come as terms, rendered with impl "warp" (the ids' default)
-            assert isinstance(env.single_observation_space, gymnasium.spaces.Dict)
+        if env.env.task.pixels is not None:  # rendered with impl "warp" (the ids' default)
             assert env.env.impl == "warp"
 
 

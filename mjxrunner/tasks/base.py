@@ -39,6 +39,21 @@ next_data, info, key) -> info`` (optional) changes it after each step (e.g.
 resampling a command at intervals); the reward and termination of a step see the
 info the step was taken under, the next observation the updated one.
 
+Per-world state across episodes (a curriculum): the info is drawn afresh at every
+restart, so what must outlive an episode (a terrain level, a spawn point, a
+difficulty) lives apart. A task sets ``initial_curriculum(model, key, world) ->
+state``, one world's state drawn at :func:`~mjxrunner.env.reset` (``world``: its
+index in the batch, so that worlds can be spread evenly, e.g. over terrain types),
+and ``update_curriculum(model, data, info, state, key) -> state``, called for each
+restarted world at its restart with the state its episode ended in (``data`` and
+``info``; None for a task without info), before its fresh start is drawn. The env
+keeps it per world (``EnvState.curriculum``) and passes it to ``initial_state(model,
+data, key, state)``, which places the new episode (e.g. at the world's spawn
+point). Its keys come from the world's own stream, so it reproduces like the rest.
+
+A scene may be generated rather than shipped (a terrain, a procedural object): the
+task's ``model`` is then a function that builds it (see :attr:`Task.model`).
+
 Adding a task for a new scene: write a module in ``mjxrunner/tasks/`` that defines
 ``TASKS = (Task(...), ...)``; the registry finds it without further edits.
 """
@@ -51,9 +66,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import mujoco
 from mujoco import mjx
 
-from mjxrunner.models import action_bounds  # noqa: F401 - re-exported for tasks
+from mjxrunner.models import action_bounds, load_any  # noqa: F401 - re-exported for tasks
 from mjxrunner.observations import ObsConfig
 from mjxrunner.pixels import PixelSpec
 
@@ -70,12 +86,14 @@ TerminatedFn = Callable[..., jax.Array]
 """``terminated(model, data[, info]) -> ()`` bool: ``data`` is a terminal state of
 the MDP."""
 
-InitialStateFn = Callable[[mjx.Model, mjx.Data, jax.Array], mjx.Data]
-"""``initial_state(model, data, key) -> data``: randomizes one world's start.
+InitialStateFn = Callable[..., mjx.Data]
+"""``initial_state(model, data, key[, curriculum]) -> data``: randomizes one world's
+start.
 
 ``data`` is the world's default start (the task's keyframe), ``key`` a typed PRNG
 key drawn from that world's own stream; return ``data`` with new ``qpos``/``qvel``
-(or anything else that belongs to the state).
+(or anything else that belongs to the state). A task with a curriculum also gets
+the world's curriculum state (e.g. to place the robot at its spawn point).
 """
 
 
@@ -85,6 +103,18 @@ of an episode (``data`` is the fresh start, ``key`` a typed key of its own)."""
 
 UpdateInfoFn = Callable[[mjx.Model, mjx.Data, jax.Array, mjx.Data, Any, jax.Array], Any]
 """``update_info(model, data, action, next_data, info, key) -> info`` after a step."""
+
+InitialCurriculumFn = Callable[[mjx.Model, jax.Array, jax.Array], Any]
+"""``initial_curriculum(model, key, world) -> state``: one world's curriculum state
+at a reset; ``world`` is its ``()`` int32 index in the batch (in its group, for a
+heterogeneous env)."""
+
+UpdateCurriculumFn = Callable[[mjx.Model, mjx.Data, Any, Any, jax.Array], Any]
+"""``update_curriculum(model, data, info, state, key) -> state`` when a world's
+episode ends: ``data`` and ``info`` as the episode ended."""
+
+ModelSource = str | Callable[[], mujoco.MjModel]
+"""A scene: a name in ``models/``, or a function of no arguments that builds one."""
 
 
 def never_terminated(model: mjx.Model, data: mjx.Data, info: Any = None) -> jax.Array:
@@ -112,7 +142,10 @@ class Task:
 
     Attributes:
       name: registry name, e.g. ``"cartpole_balance"``.
-      model: name of the scene in ``models/`` (see :func:`mjxrunner.models.list`).
+      model: name of the scene in ``models/`` (see :func:`mjxrunner.models.list`),
+        or a function of no arguments that builds the scene (an ``MjModel``) for
+        one generated at run time, such as a terrain. Define it once (tasks compare
+        functions by identity) and let it return a fresh model on every call.
       observation: one world's observation, ``(obs_dim,)``.
       reward: one transition's reward, ``()``.
       terminated: whether a state is terminal, ``()`` bool. Time limits are not
@@ -130,10 +163,14 @@ class Task:
       update_info: None (the info stays as drawn), or how a step changes it.
       pixels: None, or the camera frames the env adds to the observation
         (:class:`~mjxrunner.pixels.PixelSpec`; see the module docstring).
+      initial_curriculum: None, or the per-world state that outlives episodes,
+        drawn at a reset; then ``initial_state`` takes it as last argument.
+      update_curriculum: None (the state stays as drawn), or how an ended episode
+        changes it (called at the world's restart, before its new start).
     """
 
     name: str
-    model: str
+    model: ModelSource
     observation: ObservationFn
     reward: RewardFn
     terminated: TerminatedFn = never_terminated
@@ -146,16 +183,39 @@ class Task:
     initial_info: InitialInfoFn | None = None
     update_info: UpdateInfoFn | None = None
     pixels: PixelSpec | None = None
+    initial_curriculum: InitialCurriculumFn | None = None
+    update_curriculum: UpdateCurriculumFn | None = None
 
     @property
     def has_info(self) -> bool:
         """The task keeps per-world state, passed to its functions."""
         return self.initial_info is not None
 
+    @property
+    def has_curriculum(self) -> bool:
+        """The task keeps per-world state across episodes, passed to ``initial_state``."""
+        return self.initial_curriculum is not None
+
+    def load_model(self) -> mujoco.MjModel:
+        """The task's scene as an ``MjModel`` (loaded by name, or built)."""
+        if callable(self.model):
+            built = self.model()
+            if not isinstance(built, mujoco.MjModel):
+                raise TypeError(
+                    f"task {self.name!r}: its model builder returned {type(built).__name__}, "
+                    "not a mujoco.MjModel"
+                )
+            return built
+        return load_any(self.model)
+
     def __post_init__(self) -> None:
-        for field in ("name", "model"):
-            if not isinstance(getattr(self, field), str) or not getattr(self, field):
-                raise TypeError(f"Task.{field} must be a non-empty str")
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError("Task.name must be a non-empty str")
+        if not (callable(self.model) or (isinstance(self.model, str) and self.model)):
+            raise TypeError(
+                f"Task.model must be a non-empty str (a scene's name) or a function that "
+                f"builds the scene, got {self.model!r}"
+            )
         for field in ("observation", "reward", "terminated", "initial_state"):
             if not callable(getattr(self, field)):
                 raise TypeError(f"Task.{field} must be callable, got {getattr(self, field)!r}")
@@ -171,7 +231,7 @@ class Task:
             raise TypeError(
                 f"Task.obs_config must be an ObsConfig or None, got {self.obs_config!r}"
             )
-        for field in ("initial_info", "update_info"):
+        for field in ("initial_info", "update_info", "initial_curriculum", "update_curriculum"):
             value = getattr(self, field)
             if value is not None and not callable(value):
                 raise TypeError(f"Task.{field} must be None or callable, got {value!r}")
@@ -181,6 +241,10 @@ class Task:
             )
         if self.update_info is not None and self.initial_info is None:
             raise ValueError("Task.update_info needs Task.initial_info (the info it updates)")
+        if self.update_curriculum is not None and self.initial_curriculum is None:
+            raise ValueError(
+                "Task.update_curriculum needs Task.initial_curriculum (the state it updates)"
+            )
 
     def replace(self, **changes) -> Task:
         """A copy with some fields changed (e.g. a shorter ``max_episode_steps``)."""
