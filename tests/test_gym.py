@@ -172,7 +172,9 @@ def test_seeds_repeat_and_plain_resets_draw_new_starts(adapters):
     np.testing.assert_array_equal(a, b)
     assert not np.any(a == c)
     d, _ = v.reset(seed=5, options={"reset_mask": np.array([True, False, False, False])})
-    np.testing.assert_array_equal(d[0], a[0])  # re-seeded world: its first start again
+    # re-seeded world: its first start again, drawn by a masked reset (another
+    # program than the full reset's, so equal up to float32 rounding)
+    np.testing.assert_allclose(d[0], a[0], rtol=1e-6, atol=1e-8)
     np.testing.assert_array_equal(d[1:], c[1:])  # the others untouched
 
 
