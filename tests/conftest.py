@@ -68,6 +68,9 @@ def pytest_configure(config):
     import warp as wp
 
     wp.config.cache_kernels = True  # Warp's kernel cache, in its default ~/.cache/warp
+    # As for XLA above: Warp's CPU kernels built at -O0 rather than -O2 cut a cold
+    # warp ant env's set-up from 49 to 35 s here, for slower kernels at tiny batches.
+    wp.config.optimization_level = 0
     wp.config.quiet = True
 
 
