@@ -17,14 +17,14 @@ the end; the restarting step's own physics is discarded); ``reset_worlds``, the
 world's current state.
 
 Keys come from each world's own stream: the reset's from the world's first key, a
-restart's from that restart's draw key, each through its own ``fold_in`` sub-stream,
-so the curriculum reproduces bit for bit with the rest of a run, sharded or not.
+restart's from that restart's draw key, each through the env's curriculum
+``fold_in`` sub-stream (3; its info and noise use 1 and 2), so the curriculum
+reproduces bit for bit with the rest of a run, sharded or not.
 Everything here runs inside the env's compiled functions, on each device's worlds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -33,15 +33,6 @@ import jax.numpy as jnp
 from mjxrunner.tasks.base import Task
 from mjxrunner.worlds import FlatModel, world_axes
 
-STREAM = 3
-"""The ``fold_in`` sub-stream of a world's key the curriculum draws from (the env's
-info and noise use 1 and 2)."""
-
-
-def _typed(keys: jax.Array) -> jax.Array:
-    """Typed keys ``(n,)`` of sub-stream :data:`STREAM` of raw keys ``(n, 2)``."""
-    return jax.vmap(lambda k: jax.random.fold_in(jax.random.wrap_key_data(k), STREAM))(keys)
-
 
 def initial(task: Task, model: FlatModel, keys: jax.Array, world: jax.Array) -> Any:
     """Every local world's curriculum state at a reset (None for a task without one).
@@ -49,47 +40,31 @@ def initial(task: Task, model: FlatModel, keys: jax.Array, world: jax.Array) -> 
     Args:
       task: the task.
       model: the env's model (leaves shared or per world).
-      keys: ``(n, 2)`` raw keys, each world's stream at the reset.
+      keys: ``(n,)`` typed keys, each world's curriculum sub-stream at the reset.
       world: ``(n,)`` int32, each world's index in the whole batch (sharded, the
         devices hold slices of it).
     """
     if not task.has_curriculum:
         return None
     tree = model.tree
-    return jax.vmap(task.initial_curriculum, in_axes=(world_axes(tree), 0, 0))(
-        tree, _typed(keys), world
-    )
+    return jax.vmap(task.initial_curriculum, in_axes=(world_axes(tree), 0, 0))(tree, keys, world)
 
 
-def restarted(
-    task: Task,
-    model: FlatModel,
-    state: Any,
-    ended: Callable[[], tuple[Any, Any]] | None,
-    draw: jax.Array,
-    mask: jax.Array,
-) -> Any:
-    """The curriculum after the episodes of the worlds in ``mask`` ended; other
-    worlds keep theirs.
+def updated(task: Task, model: FlatModel, state: Any, data: Any, info: Any, keys: jax.Array) -> Any:
+    """Every world's curriculum moved by the episode that ended in ``(data, info)``
+    (the env keeps it for the restarted worlds only).
 
     Args:
       task: the task.
       model: the model the episodes ran with.
       state: the current curriculum state (None without one).
-      ended: None (a reset: no episode ended, the state stays as drawn), or a
-        function returning ``(data, info)``, the batch as the episodes ended
-        (called only here, inside the restart's branch).
-      draw: ``(n, 2)`` raw draw keys of this restart.
-      mask: ``(n,)`` bool, the restarted worlds.
+      data, info: the batch as the episodes ended.
+      keys: ``(n,)`` typed keys, each world's curriculum sub-stream of this restart.
     """
-    if task.update_curriculum is None or ended is None:
-        return state
-    data, info = ended()
     tree = model.tree
-    new = jax.vmap(task.update_curriculum, in_axes=(world_axes(tree), 0, 0, 0, 0))(
-        tree, data, info, state, _typed(draw)
+    return jax.vmap(task.update_curriculum, in_axes=(world_axes(tree), 0, 0, 0, 0))(
+        tree, data, info, state, keys
     )
-    return jax.tree.map(jax.vmap(jnp.where), jax.tree.map(lambda _: mask, new), new, state)
 
 
 def episode_end(flag: jax.Array, previous: Any, current: Any) -> Any:
@@ -99,7 +74,9 @@ def episode_end(flag: jax.Array, previous: Any, current: Any) -> Any:
 
 
 def take(state: Any, index: jax.Array) -> Any:
-    """Worlds ``index`` of a curriculum state (indices past the end read the last)."""
+    """Worlds ``index`` of a curriculum state (indices past the end read the last).
+    Not ``worlds.take_worlds``: every leaf here has a world axis, declared or not
+    (a task's own dict of arrays reads as shared there)."""
     if state is None:
         return None
 

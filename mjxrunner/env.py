@@ -710,7 +710,12 @@ def _derived_keys(keys: jax.Array, stream: int) -> jax.Array:
 
 
 # Sub-streams of a world's draw key (a restart's or a step's), by use.
-_INFO_STREAM, _NOISE_STREAM = 1, 2
+_INFO_STREAM, _NOISE_STREAM, _CURRICULUM_STREAM = 1, 2, 3
+
+
+def _typed_keys(keys: jax.Array, stream: int) -> jax.Array:
+    """Typed keys ``(n,)`` of sub-stream ``stream`` of each world's raw key."""
+    return jax.vmap(jax.random.wrap_key_data)(_derived_keys(keys, stream))
 
 
 @pytree_dataclass
@@ -752,7 +757,7 @@ def _first_seen(
     info = None
     if env.task.has_info:
         tree = model.tree
-        keys = jax.vmap(jax.random.wrap_key_data)(_derived_keys(draw, _INFO_STREAM))
+        keys = _typed_keys(draw, _INFO_STREAM)
         info = jax.vmap(env.task.initial_info, in_axes=(world_axes(tree), 0, 0))(tree, data, keys)
     obs = _observe(env, model, data, info)
     frames = None
@@ -911,7 +916,12 @@ def _restart(
     def restart(model, runner, seen):
         rng, draw = core.split_streams(runner.rng)
         runner = runner.replace(rng=_pick(mask, rng, runner.rng))  # restarted ones advance
-        curriculum = curriculum_.restarted(env.task, model, seen.curriculum, ended, draw, mask)
+        curriculum = seen.curriculum
+        if ended is not None and env.task.update_curriculum is not None:  # not at a reset
+            data, info = ended()
+            keys = _typed_keys(draw, _CURRICULUM_STREAM)
+            moved = curriculum_.updated(env.task, model, curriculum, data, info, keys)
+            curriculum = _pick(mask, moved, curriculum)
 
         def source(m, s):  # drawn with the restored (and redrawn) parameters
             return _fresh(env, pool, m, draw, mask, s.data, slots, curriculum)
@@ -1046,7 +1056,11 @@ def _reset_local(
     _, shapes = jax.eval_shape(_first_seen, env, env.model, runner.data, keys)
     # A placeholder: every world restarts.
     seen = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-    seen = seen.replace(curriculum=curriculum_.initial(env.task, env.model, keys, world))
+    seen = seen.replace(
+        curriculum=curriculum_.initial(
+            env.task, env.model, _typed_keys(keys, _CURRICULUM_STREAM), world
+        )
+    )
     everyone = jnp.ones((n,), bool)
     model, runner, seen = _restart(env, pool, env.model, runner, seen, everyone, slots=n)
     obs_norm, obs = _normalized(env, obs_norm, seen.obs)
@@ -1139,7 +1153,7 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         tree, runner.data, *extra
     ).astype(bool)
     if task.update_info is not None:
-        keys = jax.vmap(jax.random.wrap_key_data)(_derived_keys(draw, _INFO_STREAM))
+        keys = _typed_keys(draw, _INFO_STREAM)
         info = jax.vmap(task.update_info, in_axes=(axes, 0, 0, 0, 0, 0))(
             tree, prev.data, action, runner.data, info, keys
         )
