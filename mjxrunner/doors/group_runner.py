@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mjxrunner.doors import layout, runner_io
+from mjxrunner.doors import controls, layout, runner_io
 from mjxrunner.doors import runner as runner_
 from mjxrunner.engine import backend, checks, health, params
 from mjxrunner.engine import batch as engine
@@ -70,7 +70,7 @@ _redraw = jax.jit(_redraw_all, static_argnums=(0,))
 _set_ctrl = jax.jit(_set_ctrl_all, donate_argnums=(0,))
 
 
-class GroupRunner(layout.Layout):  # layouts over global ids
+class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
     """Worlds of several scenes behind one world index; see the module docstring.
 
     Args:
@@ -195,29 +195,6 @@ class GroupRunner(layout.Layout):  # layouts over global ids
     def control(self) -> np.ndarray:
         """``(num_envs, action_dim())`` NumPy copy of the controls, zero-padded."""
         return padded([host_copy(m.control) for m in self._members], self.action_dim())
-
-    def set_actions(self, actions: Any, env_ids: Any = None) -> None:
-        """Sets the controls of all worlds, or of global ``env_ids`` only.
-
-        Args:
-          actions: ``(num_envs, action_dim())``, or ``(len(env_ids), action_dim())``;
-            finite. A group with fewer actuators takes the first ``nu`` columns.
-          env_ids: None or unique global world ids.
-        """
-        n = self.num_envs
-        ids = np.arange(n) if env_ids is None else checks.env_ids(env_ids, n)
-        shape = (len(ids), self.action_dim())
-        values = checks.finite_array(actions, "actions", shape, backend.float_dtype())
-        full = np.zeros((n, shape[1]), values.dtype)
-        full[ids] = values
-        mask = np.zeros((n,), bool)
-        mask[ids] = True
-        self._write_ctrl(mask, full)
-
-    def clear_actions(self, env_ids: Any = None) -> None:
-        """Zeroes the controls of all worlds, or of global ``env_ids`` only."""
-        mask = checks.ids_mask(env_ids, self.num_envs)
-        self._write_ctrl(mask, np.zeros((self.num_envs, self.action_dim()), backend.float_dtype()))
 
     def _write_ctrl(self, mask: np.ndarray, full: np.ndarray) -> None:
         members, index = self._members, self._index
