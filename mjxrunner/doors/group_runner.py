@@ -39,7 +39,7 @@ from mjxrunner.engine.sharding import host_copy
 
 def _advance_all(configs, models, default_models, refs, states, scratches, dt, substeps, collides):
     return tuple(
-        runner_._advance_into(*args, dt, substeps, collide)
+        engine.advance(*args, dt, substeps, collide)
         for *args, collide in zip(
             configs, models, default_models, refs, states, scratches, collides, strict=True
         )
@@ -226,7 +226,7 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
         engs = [m._eng for m in self._members]
-        redraws = [runner_._redraws_in_step(e.config) for e in engs]
+        redraws = [engine.redraws_in_step(e.config) for e in engs]
         out = _advance(
             tuple(e.config for e in engs),
             tuple(e.model for e in engs),

@@ -39,23 +39,10 @@ def register_groups(group_runner: type) -> None:
     _GROUPS["runner"] = group_runner
 
 
-def _advance_into(config, model, default_model, ref, state, scratch, dt, substeps, collide=None):
-    del scratch  # donated: its buffers receive the new state
-    model, state = engine.advance(config, model, default_model, ref, state, dt, substeps, collide)
-    # Only a redraw in the step changes the model: returning its ~100 leaves otherwise
-    # costs a buffer per leaf per call (0.3 ms a step at 256 cartpoles).
-    return (model if _redraws_in_step(config) else None), state
-
-
-def _redraws_in_step(config) -> bool:
-    rand = config.randomization
-    return rand is not None and rand.every_n_steps > 0
-
-
 def _roll_into(
     config, model, state, scratch, actions_or_policy, n_steps, dt, substeps, collide=None
 ):
-    del scratch  # donated, as in _advance_into
+    del scratch  # donated, as in engine.advance
     return engine.roll(config, model, state, actions_or_policy, n_steps, dt, substeps, collide)
 
 
@@ -65,7 +52,7 @@ def _set_ctrl(ctrl, mask, values):
     return jnp.where(mask[:, None], values, ctrl)
 
 
-_advance = jax.jit(_advance_into, static_argnums=(0, 7), donate_argnums=(5,), keep_unused=True)
+_advance = jax.jit(engine.advance, static_argnums=(0, 7), donate_argnums=(5,), keep_unused=True)
 _roll_actions = jax.jit(_roll_into, static_argnums=(0, 5, 7), donate_argnums=(3,), keep_unused=True)
 # A policy is a function, so it is static: one compile per policy object.
 _roll_policy = jax.jit(
@@ -273,7 +260,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         eng = self._eng
         # The default model is an argument only when a redraw can need it: fewer leaves
         # to dispatch on every call.
-        default_model = eng.default_model if _redraws_in_step(eng.config) else None
+        default_model = eng.default_model if engine.redraws_in_step(eng.config) else None
         model, new = _advance(
             eng.config,
             eng.model,

@@ -81,6 +81,7 @@ __all__ = [
     "put",
     "randomize",
     "randomize_local",
+    "redraws_in_step",
     "redraw",
     "reset",
     "reset_local",
@@ -463,15 +464,35 @@ def step(
     """Advances every world by one step (``dt``, in ``substeps`` solver calls);
     ``collide``: None or ``(num_envs,)`` bool, see :func:`step_local`."""
     model, state = advance(
-        eng.config, eng.model, eng.default_model, eng.ref, eng.state, dt, substeps, collide
+        eng.config, eng.model, eng.default_model, eng.ref, eng.state, None, dt, substeps, collide
     )
-    return eng.replace(model=model, state=state)
+    return eng.replace(model=eng.model if model is None else model, state=state)
 
 
-def advance(config, model, default_model, ref, state, dt=None, substeps=1, collide=None):
-    """:func:`step_local` over the config's mesh; returns ``(model, state)``."""
+def advance(
+    config, model, default_model, ref, state, scratch=None, dt=None, substeps=1, collide=None
+):
+    """:func:`step_local` over the config's mesh; returns ``(model, state)``, the
+    model None unless the step redraws parameters (:func:`redraws_in_step`).
+
+    ``scratch`` is a state of the same structure whose buffers may receive the new
+    state: a stateful door donates its double buffer there (``jit(advance,
+    donate_argnums=5, keep_unused=True)``); it is never read. Returning the model only
+    when it can change saves a buffer per model leaf per call (0.3 ms a step at 256
+    cartpoles)."""
+    del scratch
     fn = lambda m, d, r, s, dt, c: step_local(config, m, d, r, s, dt, substeps, c)  # noqa: E731
-    return on_worlds(fn, config.mesh, model, default_model, ref, state, dt, collide, per_world=(5,))
+    model, state = on_worlds(
+        fn, config.mesh, model, default_model, ref, state, dt, collide, per_world=(5,)
+    )
+    return (model if redraws_in_step(config) else None), state
+
+
+def redraws_in_step(config: Config) -> bool:
+    """Whether the step itself redraws parameters (randomization every n steps): only
+    then does it read the default model and change the model."""
+    rand = config.randomization
+    return rand is not None and rand.every_n_steps > 0
 
 
 def reset(
