@@ -201,7 +201,7 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
         values = [v[:, : m.action_dim()] for v, m in zip(index.split(full), members, strict=True)]
         ctrls = _set_ctrl(tuple(m.state.ctrl for m in members), index.split(mask), values)
         for m, ctrl in zip(members, ctrls, strict=True):
-            m._eng = m._eng.replace(state=m.state.replace(ctrl=ctrl))
+            m.engine = m.engine.replace(state=m.state.replace(ctrl=ctrl))
 
     def set_done_flags(self, terminated: Any, truncated: Any) -> None:
         """Replaces the ``(num_envs,)`` bool ``terminated`` and ``truncated`` flags."""
@@ -225,7 +225,7 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
         substeps = checks.count(substeps, "substeps")
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
-        engs = [m._eng for m in self._members]
+        engs = [m.engine for m in self._members]
         redraws = [engine.redraws_in_step(e.config) for e in engs]
         out = _advance(
             tuple(e.config for e in engs),
@@ -341,12 +341,12 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
 
     def _engine_fields(self, *names: str) -> list[tuple]:
         """Per name, the tuple of that field of every group's engine."""
-        return [tuple(getattr(m._eng, name) for m in self._members) for name in names]
+        return [tuple(getattr(m.engine, name) for m in self._members) for name in names]
 
     def _take(self, out: Sequence[tuple[Any, Any]]) -> None:
         """Every group's new ``(model, state)``."""
         for m, (model, state) in zip(self._members, out, strict=True):
-            m._eng = m._eng.replace(model=model, state=state)
+            m.engine = m.engine.replace(model=model, state=state)
 
     # --- devices ----------------------------------------------------------------------------
 

@@ -39,13 +39,6 @@ def register_groups(group_runner: type) -> None:
     _GROUPS["runner"] = group_runner
 
 
-def _roll_into(
-    config, model, state, scratch, actions_or_policy, n_steps, dt, substeps, collide=None
-):
-    del scratch  # donated, as in engine.advance
-    return engine.roll(config, model, state, actions_or_policy, n_steps, dt, substeps, collide)
-
-
 def _set_ctrl(ctrl, mask, values):
     # Only ctrl goes in and out: passing the whole state costs ~0.4 ms of per-leaf
     # dispatch per call, as much as a step of hundreds of cartpoles.
@@ -53,11 +46,15 @@ def _set_ctrl(ctrl, mask, values):
 
 
 _advance = jax.jit(engine.advance, static_argnums=(0, 7), donate_argnums=(5,), keep_unused=True)
-_roll_actions = jax.jit(_roll_into, static_argnums=(0, 5, 7), donate_argnums=(3,), keep_unused=True)
-# A policy is a function, so it is static: one compile per policy object.
-_roll_policy = jax.jit(
-    _roll_into, static_argnums=(0, 4, 5, 7), donate_argnums=(3,), keep_unused=True
-)
+_roll = {  # a policy is a function, so it is static: one compile per policy object
+    policy: jax.jit(
+        engine.roll,
+        static_argnums=(0, 3, 4, 6) if policy else (0, 4, 6),
+        donate_argnums=(8,),
+        keep_unused=True,
+    )
+    for policy in (False, True)
+}
 _reset = jax.jit(engine.reset, static_argnums=(3,))
 _get_state = jax.jit(statevec.get_state, static_argnums=(0, 3))
 _set_state = jax.jit(statevec.set_state, static_argnums=(0, 5, 6), donate_argnums=(2,))
@@ -153,7 +150,20 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
 
     model = property(lambda self: self._eng.model.tree, doc="The device ``mjx.Model``.")
     mj_model = property(lambda self: self._mj_model, doc="The host ``MjModel`` built from.")
-    engine = property(lambda self: self._eng, doc="The :class:`~mjxrunner.engine.Engine`.")
+
+    @property
+    def engine(self) -> engine.Engine:
+        """The :class:`~mjxrunner.engine.Engine`: config, models, state, snapshot."""
+        return self._eng
+
+    @engine.setter
+    def engine(self, new: engine.Engine) -> None:
+        # For shells over several runners (the group runner): the same configuration,
+        # so the scratch buffer and the compiled functions still fit.
+        if not isinstance(new, engine.Engine) or new.config != self._eng.config:
+            raise ValueError("a runner's engine can only be replaced by one of the same config")
+        self._eng = new
+
     state = property(lambda self: self._eng.state, doc="The current ``RunnerState``.")
     _default = property(lambda self: self._eng.default)
     data = property(lambda self: self._eng.state.data, doc="Current batched ``mjx.Data``.")
@@ -363,15 +373,15 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
         collide = self._collide(collide)
-        fn = _roll_policy if callable(actions_or_policy) else _roll_actions
+        fn = _roll[callable(actions_or_policy)]
         if not callable(actions_or_policy):
             shape = (n_steps, self.num_envs, self.action_dim())
             actions_or_policy = checks.finite_array(
                 actions_or_policy, "actions", shape, backend.float_dtype()
             )
         eng = self._eng
-        args = (actions_or_policy, n_steps, dt, substeps, collide)
-        new, trajectory = fn(eng.config, eng.model, eng.state, self._scratch, *args)
+        args = (actions_or_policy, n_steps, dt, substeps, collide, self._scratch)
+        new, trajectory = fn(eng.config, eng.model, eng.state, *args)
         self._swap(eng.replace(state=new))
         return trajectory
 

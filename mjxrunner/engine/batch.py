@@ -407,16 +407,12 @@ def step_local(
     ``collide`` (``(num_envs,)`` bool, or None: ``config.collisions``) switches
     contacts off in the worlds where it is False, for this step.
     """
+    # core.step's three parts, called here so a door's step is three calls from the
+    # physics: events before it, MJX, then the guards and counters.
+    state, ctrl = events.before_physics(state, config.pushes)
     collide = collide_flags(config, collide, state.ctrl.shape[0])
-    state = core.step(
-        model,
-        state,
-        dt,
-        substeps,
-        guards=config.guards,
-        pushes=config.pushes,
-        collide=collide,
-    )
+    data, overflow = core.physics_step(model, state.data, ctrl, dt, substeps, collide)
+    state = core.after_physics(state, data, overflow, config.guards)
     rand = config.randomization
     if rand is not None and rand.every_n_steps:
         due = state.episode_length % rand.every_n_steps == 0
@@ -599,8 +595,20 @@ def rollout(
     return eng.replace(state=state), trajectory
 
 
-def roll(config, model, state, actions_or_policy, n_steps, dt=None, substeps=1, collide=None):
-    """:func:`rollout` over the engine's parts; returns ``(state, trajectory)``."""
+def roll(
+    config,
+    model,
+    state,
+    actions_or_policy,
+    n_steps,
+    dt=None,
+    substeps=1,
+    collide=None,
+    scratch=None,
+):
+    """:func:`rollout` over the engine's parts; returns ``(state, trajectory)``.
+    ``scratch``: a buffer to donate, as in :func:`advance`; never read."""
+    del scratch
 
     # Actions and the trajectory are time-major: their world axis is the second one.
     def time_major(shapes):
