@@ -1,0 +1,43 @@
+"""Checkpoints written before the move into layers (format version 2) still load and
+continue their runs: files made by tests/data/make_old_checkpoints.py at that version."""
+
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mjxrunner import MultiEnvRunner
+from mjxrunner import env as mjxenv
+from mjxrunner.checkpoint import CheckpointError
+
+DATA = Path(__file__).parent / "data"
+ACTIONS = np.linspace(-1, 1, 4, dtype=np.float32)[:, None]
+EXPECTED = dict(np.load(DATA / "v2_expected.npz"))
+
+
+def test_an_old_runner_file_continues_its_run():
+    r = MultiEnvRunner.load(DATA / "v2_runner.npz")
+    assert r.num_envs == 4 and r.max_qvel == 1e6
+    # written with the old default instability_policy, "reset": now its name "truncate"
+    assert r.instability_policy == "truncate"
+    assert r.param("dof_damping").shape == (4, 2)  # the per-world value came along
+    for _ in range(5):
+        r.set_actions(ACTIONS)
+        r.step()
+    np.testing.assert_array_equal(np.asarray(r.data.qpos), EXPECTED["runner_qpos"])
+    np.testing.assert_array_equal(np.asarray(r.data.qvel), EXPECTED["runner_qvel"])
+
+
+def test_an_old_env_file_continues_its_run():
+    env, state = mjxenv.load(DATA / "v2_env.npz")
+    assert env.autoreset == "same_step" and env.task.name == "cartpole_balance"
+    for _ in range(5):
+        state = mjxenv.jit_step(env, state, jnp.asarray(ACTIONS))
+    np.testing.assert_array_equal(np.asarray(state.obs), EXPECTED["env_obs"])
+    np.testing.assert_array_equal(np.asarray(state.reward), EXPECTED["env_reward"])
+
+
+def test_an_old_file_of_the_wrong_kind_names_the_door_to_use():
+    with pytest.raises(CheckpointError, match=r"holds an env, not a runner.*mjxrunner\.env\.load"):
+        MultiEnvRunner.load(DATA / "v2_env.npz")
