@@ -38,28 +38,19 @@ from jax.sharding import NamedSharding, PartitionSpec
 from mjxrunner.engine import guards
 from mjxrunner.rl import env as env_
 
-# Fields a door reads, by name -> path in ``EnvState``.
-FIELDS = {
-    "obs": ("obs",),
-    "reward": ("reward",),
-    "terminated": ("runner", "terminated"),
-    "truncated": ("runner", "truncated"),
-    "final_obs": ("final_obs",),
-    "final_mask": ("final_mask",),
-    "episode_length": ("runner", "episode_length"),
-}
+FIELDS = tuple(env_.EnvState.OUTPUTS)
+"""The fields a door reads: every kind of state says where they are (``OUTPUTS``)."""
 
 
 def _leaf_index(template: Any) -> dict[str, tuple[int, int, Any]]:
-    """Where each of :data:`FIELDS` lies among the leaves of a state (an
-    ``EnvState``, or a state that says where they are in ``DOOR_FIELDS``, e.g. a
-    ``GroupState``): ``(first leaf, end, treedef)``; a field of several leaves (an
-    observation of terms) is a run of consecutive leaves."""
+    """Where each of :data:`FIELDS` lies among the leaves of a state (at the paths
+    its class's ``OUTPUTS`` name): ``(first leaf, end, treedef)``; a field of several
+    leaves (an observation of terms) is a run of consecutive leaves."""
     paths = [
         tuple(getattr(k, "name", getattr(k, "key", None)) for k in path)
         for path, _ in jax.tree_util.tree_flatten_with_path(template)[0]
     ]
-    fields = getattr(type(template), "DOOR_FIELDS", FIELDS)
+    fields = type(template).OUTPUTS
     index = {}
     for name, path in fields.items():
         found = [i for i, p in enumerate(paths) if p[: len(path)] == path]

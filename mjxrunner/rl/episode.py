@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -120,6 +120,18 @@ class EnvState:
     history: Any = world_field(BATCHED, default=None)
     last_frames: LastFrames | None = None
     curriculum: Any = world_field(BATCHED, default=None)
+
+    OUTPUTS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "obs": ("obs",),
+        "reward": ("reward",),
+        "terminated": ("runner", "terminated"),
+        "truncated": ("runner", "truncated"),
+        "final_obs": ("final_obs",),
+        "final_mask": ("final_mask",),
+        "episode_length": ("runner", "episode_length"),
+    }
+    """What a step hands a trainer, by name -> path in the state: every kind of state
+    says where its outputs are (the doors read them there)."""
 
     @property
     def terminated(self) -> jax.Array:

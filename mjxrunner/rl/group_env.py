@@ -173,7 +173,7 @@ class GroupState:
     obs_norm: normalize.ObsNorm | None = None
 
     # where the stateful doors (mjxrunner.doors.door) find what they hand out
-    DOOR_FIELDS: ClassVar[dict[str, tuple[str, ...]]] = {
+    OUTPUTS: ClassVar[dict[str, tuple[str, ...]]] = {  # as EnvState.OUTPUTS, joined
         name: (name,)
         for name in (
             "obs",
