@@ -225,7 +225,7 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
 
     @property
     def backend_info(self) -> dict[str, Any]:
-        """Versions, impl, device and dtypes: record it with every result."""
+        """Versions, impl, device and dtypes, to record with every result."""
         return self._eng.config.backend.info()
 
     @property
