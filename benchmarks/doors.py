@@ -47,7 +47,7 @@ import jax
 import numpy as np
 
 from mjxrunner import backend_info, tasks
-from mjxrunner import env as E
+from mjxrunner.rl import env as E
 
 TASK = tasks.get("cartpole_balance")
 
@@ -57,10 +57,10 @@ def doors(n: int, steps: int) -> dict:
     import torch
     from skrl.envs.wrappers.torch import wrap_env
 
-    from mjxrunner.brax import BraxEnv
-    from mjxrunner.gym import MjxVectorEnv
-    from mjxrunner.rsl_rl import RslRlVecEnv
-    from mjxrunner.torch import TorchVecEnv
+    from mjxrunner.doors.brax import BraxEnv
+    from mjxrunner.doors.gym import MjxVectorEnv
+    from mjxrunner.doors.rsl_rl import RslRlVecEnv
+    from mjxrunner.doors.torch import TorchVecEnv
 
     rng = np.random.default_rng(0)
     host = [rng.uniform(-1, 1, (n, 1)).astype(np.float32) for _ in range(steps)]
@@ -135,7 +135,7 @@ def calls(n: int) -> list[dict]:
     """Host time of one compiled step, over leaves and over packed buffers."""
     import torch
 
-    from mjxrunner import door
+    from mjxrunner.doors import door
 
     env = E.make(TASK, n, autoreset="same_step")
     state = E.jit_reset(env, jax.random.key(0))

@@ -54,8 +54,9 @@ import time
 import jax
 import jax.numpy as jnp
 
-from mjxrunner import backend_info, core, tasks
-from mjxrunner import env as E
+from mjxrunner import backend_info, tasks
+from mjxrunner.engine import core
+from mjxrunner.rl import env as E
 
 RANDOM_ACTIONS = False  # set from --actions
 

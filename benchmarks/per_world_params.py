@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from mjxrunner import MultiEnvRunner
-from mjxrunner.params import Term
+from mjxrunner.engine.params import Term
 
 # Float fields of the cartpole model that are safe to vary, in the order they are
 # made per-world.

@@ -32,10 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mjxrunner import MultiEnvRunner, core
-from mjxrunner import env as mjxenv
-from mjxrunner.backend import describe_backend
-from mjxrunner.pixels import PixelRenderer, PixelSpec
+from mjxrunner import MultiEnvRunner
+from mjxrunner.engine import core
+from mjxrunner.engine.backend import describe_backend
+from mjxrunner.kit.pixels import PixelRenderer, PixelSpec
+from mjxrunner.rl import env as mjxenv
 from mjxrunner.tasks import cartpole, cartpole_pixels
 
 

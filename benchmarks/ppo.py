@@ -38,8 +38,8 @@ import numpy as np
 import optax
 
 from mjxrunner import backend_info
-from mjxrunner import env as E
-from mjxrunner.events import Latency, Pushes
+from mjxrunner.engine.events import Latency, Pushes
+from mjxrunner.rl import env as E
 
 
 @dataclasses.dataclass(frozen=True)

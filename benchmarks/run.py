@@ -25,7 +25,7 @@ from pathlib import Path
 
 import jax
 
-from mjxrunner import backend, models
+from mjxrunner.engine import backend, models
 from mjxrunner.tools import bench
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -41,8 +41,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mjxrunner import CompileCounter, MultiEnvRunner, backend_info, core, health
-from mjxrunner.params import Term
+from mjxrunner import CompileCounter, MultiEnvRunner, backend_info
+from mjxrunner.engine import core, health
+from mjxrunner.engine.params import Term
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

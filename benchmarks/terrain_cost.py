@@ -22,7 +22,8 @@ import math
 import mujoco
 from mujoco import mjx
 
-from mjxrunner import models, terrain
+from mjxrunner.engine import models
+from mjxrunner.kit import terrain
 from mjxrunner.tools import bench
 
 

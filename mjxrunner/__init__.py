@@ -1,18 +1,30 @@
-"""mjxrunner: thousands of MuJoCo worlds in parallel on MJX, for reinforcement learning."""
+"""mjxrunner: thousands of MuJoCo worlds in parallel on MJX, for reinforcement learning.
 
-from mjxrunner import cpu_fusion, cpu_linalg
+The package is built in layers, each a subpackage that imports only from those
+below it (``tests/test_layers.py`` enforces it):
 
-# Before anything compiles: jaxlib 0.10's batched LAPACK calls can deadlock XLA's
-# CPU thread pool inside an MJX step (see mjxrunner.cpu_linalg), and XLA:CPU's
-# fusion emitters make deep kinematic trees cost exponentially (mjxrunner.cpu_fusion).
-cpu_linalg.install()
-cpu_fusion.install()
+* :mod:`mjxrunner.engine`: the world axis, batched state, backends, the pure
+  step and resets, guards, parameters, events, sharding, models, checkpoint format;
+* :mod:`mjxrunner.kit`: observation terms, normalization, terrain, pixels, rendering;
+* :mod:`mjxrunner.tasks`: the tasks and their registry;
+* :mod:`mjxrunner.rl`: the functional env, groups of envs, curricula;
+* :mod:`mjxrunner.doors`: the runner, the packed door, Gymnasium, torch, rsl_rl, Brax;
+* :mod:`mjxrunner.tools`: the benchmark harness and the command line.
 
-from mjxrunner import checkpoint, core, engine, guards, health, models, registration  # noqa: E402
-from mjxrunner.backend import CompileCounter, backend_info  # noqa: E402
-from mjxrunner.runner import MultiEnvRunner  # noqa: E402
-from mjxrunner.state import RunnerState  # noqa: E402
-from mjxrunner.worlds import (  # noqa: E402
+This module and :mod:`mjxrunner.checkpoint` sit above them all.
+"""
+
+from mjxrunner import (
+    _aliases,  # noqa: F401 - old flat paths (mjxrunner.runner, ...) keep working
+    checkpoint,
+    engine,
+)
+from mjxrunner.doors import registration
+from mjxrunner.doors.runner import MultiEnvRunner
+from mjxrunner.engine import core, cpu_fusion, cpu_linalg, guards, health, models
+from mjxrunner.engine.backend import CompileCounter, backend_info
+from mjxrunner.engine.state import RunnerState
+from mjxrunner.engine.worlds import (
     CORE_NDIM,
     core_ndims,
     pytree_dataclass,

@@ -19,7 +19,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import models
+from mjxrunner.engine import models
 
 
 def measure(name: str, steps: int, episode: int, seeds: int) -> tuple[int, int]:

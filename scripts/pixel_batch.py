@@ -16,9 +16,9 @@ import imageio.v3 as iio
 import jax
 import numpy as np
 
-from mjxrunner import env as mjxenv
-from mjxrunner.params import Term
-from mjxrunner.pixels import PixelSpec
+from mjxrunner.engine.params import Term
+from mjxrunner.kit.pixels import PixelSpec
+from mjxrunner.rl import env as mjxenv
 from mjxrunner.tasks import cartpole_pixels
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "images" / "pixels.png"

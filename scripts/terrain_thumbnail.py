@@ -18,7 +18,7 @@ import imageio.v3 as iio
 import mujoco
 import numpy as np
 
-from mjxrunner import terrain
+from mjxrunner.kit import terrain
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "images"
 WIDTH, HEIGHT = 320, 240

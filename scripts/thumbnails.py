@@ -21,8 +21,8 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import models
-from mjxrunner.render import WorldRenderer
+from mjxrunner.engine import models
+from mjxrunner.kit.render import WorldRenderer
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "images"
 WIDTH, HEIGHT = 320, 240

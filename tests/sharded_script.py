@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from mjxrunner.params import Term
+from mjxrunner.engine.params import Term
 
 N = 4
 

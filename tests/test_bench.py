@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 from conftest import load_benchmark, slider_xml
 
-from mjxrunner import backend, backend_info, cpu_fusion
+from mjxrunner import backend_info
+from mjxrunner.engine import backend, cpu_fusion
 from mjxrunner.tools import bench
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,9 +12,9 @@ import pytest
 from jax.sharding import PartitionSpec
 
 from mjxrunner import MultiEnvRunner, checkpoint, pytree_dataclass, world_field
-from mjxrunner import env as env_
 from mjxrunner.checkpoint import CheckpointError
-from mjxrunner.params import Term
+from mjxrunner.engine.params import Term
+from mjxrunner.rl import env as env_
 
 N = 4
 

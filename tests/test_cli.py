@@ -5,8 +5,8 @@ import json
 import pytest
 from conftest import slider_xml
 
-from mjxrunner import MultiEnvRunner, cli, tasks
-from mjxrunner.tools import bench
+from mjxrunner import MultiEnvRunner, tasks
+from mjxrunner.tools import bench, cli
 
 
 def test_run_prints_a_summary(capsys):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import core
+from mjxrunner.engine import core
 
 N = 3
 

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from mjxrunner import backend_info, cpu_fusion
+from mjxrunner import backend_info
+from mjxrunner.engine import cpu_fusion
 
 
 def test_this_process_runs_with_the_emitters_off():

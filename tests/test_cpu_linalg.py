@@ -15,7 +15,7 @@ import pytest
 import scipy.linalg
 from mujoco import mjx
 
-from mjxrunner import cpu_linalg, models
+from mjxrunner.engine import cpu_linalg, models
 
 RNG = np.random.default_rng(0)
 

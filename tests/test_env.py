@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from mjxrunner import CompileCounter, tasks, world_mask
-from mjxrunner import env as E
-from mjxrunner.worlds import num_worlds
+from mjxrunner.engine.worlds import num_worlds
+from mjxrunner.rl import env as E
 
 TASK = tasks.get("cartpole_balance").replace(max_episode_steps=25)
 N = 4

@@ -18,10 +18,11 @@ import pytest
 from jax.sharding import PartitionSpec
 from test_parity import SMOOTH_ATOL
 
-from mjxrunner import CompileCounter, core, guards, params, tasks, world_mask
-from mjxrunner import env as E
-from mjxrunner.guards import CapacityOverflowError, CapacityWarning
-from mjxrunner.gym import MjxVectorEnv
+from mjxrunner import CompileCounter, tasks, world_mask
+from mjxrunner.doors.gym import MjxVectorEnv
+from mjxrunner.engine import core, guards, params
+from mjxrunner.engine.guards import CapacityOverflowError, CapacityWarning
+from mjxrunner.rl import env as E
 
 N = 4
 STEPS = 40

@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
-from mjxrunner import CompileCounter, MultiEnvRunner, core, models, tasks
-from mjxrunner import env as E
-from mjxrunner.group_env import GroupEnv
-from mjxrunner.group_runner import GroupRunner
-from mjxrunner.groups import WorldIndex
-from mjxrunner.gym import MjxVectorEnv
-from mjxrunner.params import Term
+from mjxrunner import CompileCounter, MultiEnvRunner, tasks
+from mjxrunner.doors.group_runner import GroupRunner
+from mjxrunner.doors.gym import MjxVectorEnv
+from mjxrunner.engine import core, models
+from mjxrunner.engine.groups import WorldIndex
+from mjxrunner.engine.params import Term
+from mjxrunner.rl import env as E
+from mjxrunner.rl.group_env import GroupEnv
 
 N0, N1 = 4, 4
 N = N0 + N1
@@ -439,7 +440,7 @@ def test_torch_door_takes_groups(envs):
     added, so here only what differs is checked, without compiling a step."""
     import torch
 
-    from mjxrunner import torch as torch_door
+    from mjxrunner.doors import torch as torch_door
 
     v = torch_door.TorchVecEnv(TASK, N, groups=GROUPS, normalize_obs=True)
     assert isinstance(v.env, GroupEnv) and v.num_envs == N and v.num_actions == NU

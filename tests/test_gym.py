@@ -25,9 +25,10 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from mjxrunner import CompileCounter, models, tasks
-from mjxrunner import env as E
-from mjxrunner.gym import MjxVectorEnv
+from mjxrunner import CompileCounter, tasks
+from mjxrunner.doors.gym import MjxVectorEnv
+from mjxrunner.engine import models
+from mjxrunner.rl import env as E
 
 TASK = tasks.get("cartpole_balance").replace(max_episode_steps=25)  # as in test_env
 N = 4
@@ -257,8 +258,8 @@ def test_layout_packs_leaves_into_few_buffers_and_back():
     placed as it was."""
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from mjxrunner import sharding
-    from mjxrunner.door import Layout, packer, unpacker
+    from mjxrunner.doors.door import Layout, packer, unpacker
+    from mjxrunner.engine import sharding
 
     mesh = sharding.make_mesh(2)
     split = NamedSharding(mesh, PartitionSpec(sharding.AXIS))

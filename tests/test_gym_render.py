@@ -12,8 +12,9 @@ import pytest
 from gymnasium.wrappers.vector import RecordVideo
 
 import mjxrunner
-from mjxrunner import registration, tasks
-from mjxrunner.gym import MjxVectorEnv, WorldFrames
+from mjxrunner import tasks
+from mjxrunner.doors import registration
+from mjxrunner.doors.gym import MjxVectorEnv, WorldFrames
 
 N = 8
 SIZE = (96, 64)

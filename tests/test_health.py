@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import CompileCounter, MultiEnvRunner, core, health
+from mjxrunner import CompileCounter, MultiEnvRunner
+from mjxrunner.engine import core, health
 
 N = 4
 BAD = 1  # the world driven to NaN

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mjxrunner import MultiEnvRunner, models
+from mjxrunner import MultiEnvRunner
+from mjxrunner.engine import models
 
 N, NU = 4, 3
 F32_MAX = float(np.finfo(np.float32).max)

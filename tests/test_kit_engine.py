@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import CompileCounter, MultiEnvRunner, core, engine, tasks
-from mjxrunner import env as E
-from mjxrunner.events import Latency, Pushes
-from mjxrunner.params import Term
+from mjxrunner import CompileCounter, MultiEnvRunner, tasks
+from mjxrunner.engine import batch as engine
+from mjxrunner.engine import core
+from mjxrunner.engine.events import Latency, Pushes
+from mjxrunner.engine.params import Term
+from mjxrunner.rl import env as E
 
 N = 4
 SEED = 1  # gives the four worlds different delays (checked below)

@@ -20,7 +20,8 @@ import mujoco
 import numpy as np
 from test_parity import CONTACT_ATOL, SMOOTH_ATOL, WARP_CONTACT_ITERATIONS
 
-from mjxrunner import MultiEnvRunner, cpu_linalg, models
+from mjxrunner import MultiEnvRunner
+from mjxrunner.engine import cpu_linalg, models
 
 NUM_ENVS = 256
 STEPS = 4

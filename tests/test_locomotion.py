@@ -18,10 +18,12 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import CompileCounter, models, terrain
-from mjxrunner import env as mjxenv
-from mjxrunner.events import Latency, Pushes
-from mjxrunner.observations import Noise, ObsConfig
+from mjxrunner import CompileCounter
+from mjxrunner.engine import models
+from mjxrunner.engine.events import Latency, Pushes
+from mjxrunner.kit import terrain
+from mjxrunner.kit.observations import Noise, ObsConfig
+from mjxrunner.rl import env as mjxenv
 from mjxrunner.tasks import Task, locomotion
 
 # --- a puck on a terrain, with every term -------------------------------------------------

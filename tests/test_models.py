@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import models, tasks
+from mjxrunner import tasks
+from mjxrunner.engine import models
 
 SCENES = [
     "acrobot",

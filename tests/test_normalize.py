@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mjxrunner import CompileCounter, normalize, tasks
-from mjxrunner import env as E
+from mjxrunner import CompileCounter, tasks
+from mjxrunner.kit import normalize
+from mjxrunner.rl import env as E
 
 N = 4
 STEPS = 30

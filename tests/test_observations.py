@@ -6,10 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mjxrunner import CompileCounter, observations
-from mjxrunner import env as mjxenv
-from mjxrunner.gym import MjxVectorEnv
-from mjxrunner.observations import Noise, ObsConfig
+from mjxrunner import CompileCounter
+from mjxrunner.doors.gym import MjxVectorEnv
+from mjxrunner.kit import observations
+from mjxrunner.kit.observations import Noise, ObsConfig
+from mjxrunner.rl import env as mjxenv
 from mjxrunner.tasks import cartpole
 
 N = 8

@@ -7,15 +7,9 @@ import numpy as np
 import pytest
 from conftest import slider_xml
 
-from mjxrunner import (
-    CompileCounter,
-    MultiEnvRunner,
-    models,
-    pytree_dataclass,
-    world_field,
-    world_mask,
-)
-from mjxrunner.params import DERIVED, Term
+from mjxrunner import CompileCounter, MultiEnvRunner, pytree_dataclass, world_field, world_mask
+from mjxrunner.engine import models
+from mjxrunner.engine.params import DERIVED, Term
 
 N = 4
 

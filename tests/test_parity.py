@@ -40,7 +40,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from mjxrunner import MultiEnvRunner, models
+from mjxrunner import MultiEnvRunner
+from mjxrunner.engine import models
 
 IMPLS = ["jax", "warp"]
 WARP_CONTACT_ITERATIONS = 50

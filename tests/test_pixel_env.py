@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 from test_pixels import DEPTH_ATOL, RGB_MAD, SEG_AGREE, reference
 
-from mjxrunner import CompileCounter, models, registration
-from mjxrunner import env as mjxenv
-from mjxrunner.observations import ObsConfig
-from mjxrunner.params import Term
-from mjxrunner.pixels import PixelSpec
+from mjxrunner import CompileCounter
+from mjxrunner.doors import registration
+from mjxrunner.engine import models
+from mjxrunner.engine.params import Term
+from mjxrunner.kit.observations import ObsConfig
+from mjxrunner.kit.pixels import PixelSpec
+from mjxrunner.rl import env as mjxenv
 from mjxrunner.tasks import cartpole, cartpole_pixels
 
 N = 4
@@ -259,7 +261,7 @@ def test_gymnasium_vector_env_of_the_registered_pixel_task_passes_space_checks()
 
 def test_torch_door_gives_a_uint8_pixel_group():
     torch = pytest.importorskip("torch")
-    from mjxrunner.torch import TorchVecEnv
+    from mjxrunner.doors.torch import TorchVecEnv
 
     task = cartpole_pixels.BALANCE_PIXELS.replace(
         name="test_cartpole_pixels_torch", pixels=PixelSpec("side", width=32, height=24)

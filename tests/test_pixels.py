@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import CompileCounter, MultiEnvRunner, core, models, pixels, world_mask
-from mjxrunner.pixels import PixelRenderer, PixelSpec
+from mjxrunner import CompileCounter, MultiEnvRunner, world_mask
+from mjxrunner.engine import core, models
+from mjxrunner.kit import pixels
+from mjxrunner.kit.pixels import PixelRenderer, PixelSpec
 
 N = 4
 W, H = 64, 48

@@ -16,8 +16,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from mjxrunner import env as E
-from mjxrunner import models
+from mjxrunner.engine import models
+from mjxrunner.rl import env as E
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import MultiEnvRunner, models, render
+from mjxrunner import MultiEnvRunner
+from mjxrunner.engine import models
+from mjxrunner.kit import render
 
 N = 4
 

@@ -5,7 +5,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from mjxrunner import CompileCounter, MultiEnvRunner, models
+from mjxrunner import CompileCounter, MultiEnvRunner
+from mjxrunner.engine import models
 
 N = 4
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import models, tasks
+from mjxrunner import tasks
+from mjxrunner.engine import models
 from mjxrunner.tasks import cartpole, pendulum
 
 

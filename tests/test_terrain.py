@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import CompileCounter, MultiEnvRunner, models, terrain
-from mjxrunner.terrain import TerrainConfig
+from mjxrunner import CompileCounter, MultiEnvRunner
+from mjxrunner.engine import models
+from mjxrunner.kit import terrain
+from mjxrunner.kit.terrain import TerrainConfig
 
 # A small terrain: every type once, 4 levels; the generator is pure NumPy, so tests
 # that only read heights share one.

@@ -16,11 +16,12 @@ from rsl_rl.env import VecEnv
 from skrl.envs.wrappers.torch import wrap_env
 from tensordict import TensorDict
 
-from mjxrunner import CompileCounter, guards, tasks
-from mjxrunner import env as E
-from mjxrunner.brax import BraxEnv
-from mjxrunner.rsl_rl import RslRlVecEnv
-from mjxrunner.torch import TorchVecEnv, to_jax, to_torch
+from mjxrunner import CompileCounter, tasks
+from mjxrunner.doors.brax import BraxEnv
+from mjxrunner.doors.rsl_rl import RslRlVecEnv
+from mjxrunner.doors.torch import TorchVecEnv, to_jax, to_torch
+from mjxrunner.engine import guards
+from mjxrunner.rl import env as E
 
 N = 8
 STEPS = 30
@@ -151,7 +152,7 @@ def test_no_compiles_after_warm_up(door):
 def test_doors_share_one_compiled_step(door):
     """The Gymnasium and torch doors of one task and size step the same packed
     buffers with the same outputs: one executable between them."""
-    from mjxrunner.gym import MjxVectorEnv
+    from mjxrunner.doors.gym import MjxVectorEnv
 
     door.reset(seed=0)
     door.step(torch.zeros(N, 1))  # compiled here (or earlier in this module)

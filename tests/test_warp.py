@@ -13,8 +13,9 @@ import mujoco
 import numpy as np
 import pytest
 
-from mjxrunner import CompileCounter, MultiEnvRunner, models, world_mask
-from mjxrunner.backend import CapacityOverflowError, CapacityWarning, overflow_names
+from mjxrunner import CompileCounter, MultiEnvRunner, world_mask
+from mjxrunner.engine import models
+from mjxrunner.engine.backend import CapacityOverflowError, CapacityWarning, overflow_names
 
 N = 4
 # float32 on both sides; the two implementations order their sums differently.

@@ -10,7 +10,6 @@ from mujoco import mjx
 
 from mjxrunner import (
     CORE_NDIM,
-    core,
     core_ndims,
     pytree_dataclass,
     select_worlds,
@@ -18,7 +17,8 @@ from mjxrunner import (
     world_field,
     world_mask,
 )
-from mjxrunner.worlds import SHARED, num_worlds
+from mjxrunner.engine import core
+from mjxrunner.engine.worlds import SHARED, num_worlds
 
 
 def batched(mj_model, num_envs):

@@ -17,8 +17,8 @@ import conftest  # noqa: F401  (the suite's JAX cache and XLA flags)
 import jax
 import numpy as np
 
-from mjxrunner import env as E
 from mjxrunner import tasks
+from mjxrunner.rl import env as E
 
 TASK = tasks.get("cartpole_balance").replace(max_episode_steps=200)
 NUM_ENVS = 64
@@ -47,7 +47,7 @@ def rsl_rl() -> tuple[float, float]:
     import torch
     from rsl_rl.runners import OnPolicyRunner
 
-    from mjxrunner.rsl_rl import RslRlVecEnv
+    from mjxrunner.doors.rsl_rl import RslRlVecEnv
 
     torch.manual_seed(SEED)
     vec = RslRlVecEnv(TASK, NUM_ENVS, seed=SEED)
@@ -92,7 +92,7 @@ def skrl() -> tuple[float, float]:
     from skrl.resources.preprocessors.torch import RunningStandardScaler
     from skrl.trainers.torch import SequentialTrainer
 
-    from mjxrunner.torch import TorchVecEnv
+    from mjxrunner.doors.torch import TorchVecEnv
 
     torch.manual_seed(SEED)
     env = wrap_env(TorchVecEnv(TASK, NUM_ENVS, seed=SEED), wrapper="isaaclab", verbose=False)
@@ -167,7 +167,7 @@ def skrl() -> tuple[float, float]:
 def brax() -> tuple[float, float]:
     from brax.training.agents.ppo import train as ppo
 
-    from mjxrunner.brax import BraxEnv, wrap_env_fn
+    from mjxrunner.doors.brax import BraxEnv, wrap_env_fn
 
     env = BraxEnv(TASK)
     start = time.perf_counter()
@@ -203,7 +203,7 @@ def sac() -> tuple[float, float]:
     """Brax's SAC accepts the env and runs (briefly: it is not asked to learn here)."""
     from brax.training.agents.sac import train as sac_train
 
-    from mjxrunner.brax import BraxEnv, wrap_env_fn
+    from mjxrunner.doors.brax import BraxEnv, wrap_env_fn
 
     env = BraxEnv(TASK)
     start = time.perf_counter()

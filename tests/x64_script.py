@@ -16,8 +16,10 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 from test_parity import N_WORLDS, step_both  # noqa: E402
 
-from mjxrunner import MultiEnvRunner, env, models  # noqa: E402
-from mjxrunner.params import Term  # noqa: E402
+from mjxrunner import MultiEnvRunner  # noqa: E402
+from mjxrunner.engine import models  # noqa: E402
+from mjxrunner.engine.params import Term  # noqa: E402
+from mjxrunner.rl import env  # noqa: E402
 
 # Worst |qpos - native| / |qvel - native| over 200 steps, measured here in float64
 # (float32, test_parity.py: hopper 2.2e-4 / 8.1e-3, and the ant leaves native

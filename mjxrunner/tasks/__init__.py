@@ -4,6 +4,9 @@ Every module of this package (other than ``base``) that defines ``TASKS``, a tup
 of :class:`Task`, is registered on first use: a new scene's tasks need only a new
 module here. User tasks can be added at run time with :func:`register`.
 
+May import: :mod:`mjxrunner.engine`, :mod:`mjxrunner.kit` and modules of this
+subpackage.
+
 Example::
 
     from mjxrunner import tasks
@@ -95,7 +98,7 @@ def for_model(model_name: str) -> tuple[Task, ...]:
     if not isinstance(model_name, str):
         raise TypeError(f"model name must be a str, got {type(model_name).__name__}")
     _discover()
-    from mjxrunner import models
+    from mjxrunner.engine import models
 
     try:
         base = models.info(model_name).variant_of or model_name

@@ -16,15 +16,15 @@ it saves a forward pass per restart and its compile; the physics is unaffected,
 since every step begins with its own forward pass).
 
 Observations may be one array or a dict of named terms (``{"state": ..., "pixels":
-...}``); ``obs_config`` (:class:`~mjxrunner.observations.ObsConfig`) adds sensor noise
+...}``); ``obs_config`` (:class:`~mjxrunner.kit.observations.ObsConfig`) adds sensor noise
 and a history per term, applied by the env in its compiled step.
 
 Pixel observations: a task that sets ``pixels`` (a
-:class:`~mjxrunner.pixels.PixelSpec`: cameras, size, RGB / depth / segmentation,
+:class:`~mjxrunner.kit.pixels.PixelSpec`: cameras, size, RGB / depth / segmentation,
 cadence) is observed through camera frames too. Frames are rendered for all worlds
 together, so they are not part of the single-world ``observation``: the env renders
 them after the physics and adds them as terms ``"pixels"`` (uint8 RGB), ``"depth"``
-and ``"segmentation"`` (:data:`mjxrunner.pixels.TERMS`) to the task's own terms (an
+and ``"segmentation"`` (:data:`mjxrunner.kit.pixels.TERMS`) to the task's own terms (an
 array observation becomes the term ``"state"``; :func:`no_state` observes pixels
 alone). Frame stacking is the history of the ``"pixels"`` term. Such a task needs
 impl ``"warp"``.
@@ -69,9 +69,9 @@ import jax.numpy as jnp
 import mujoco
 from mujoco import mjx
 
-from mjxrunner.models import action_bounds, load_any  # noqa: F401 - re-exported for tasks
-from mjxrunner.observations import ObsConfig
-from mjxrunner.pixels import PixelSpec
+from mjxrunner.engine.models import action_bounds, load_any  # noqa: F401 - re-exported for tasks
+from mjxrunner.kit.observations import ObsConfig
+from mjxrunner.kit.pixels import PixelSpec
 
 ObservationFn = Callable[..., Any]
 """``observation(model, data[, info]) -> obs`` of one world: an ``(obs_dim,)`` float
@@ -157,12 +157,12 @@ class Task:
       forward_on_reset: run ``mjx.forward`` on a fresh start, so that ``observation``
         can read derived quantities at the first step of an episode.
       obs_config: None, or the noise and history of the observation terms
-        (:class:`~mjxrunner.observations.ObsConfig`).
+        (:class:`~mjxrunner.kit.observations.ObsConfig`).
       initial_info: None, or the per-world task state drawn at each restart; then
         ``observation``, ``reward`` and ``terminated`` take it as last argument.
       update_info: None (the info stays as drawn), or how a step changes it.
       pixels: None, or the camera frames the env adds to the observation
-        (:class:`~mjxrunner.pixels.PixelSpec`; see the module docstring).
+        (:class:`~mjxrunner.kit.pixels.PixelSpec`; see the module docstring).
       initial_curriculum: None, or the per-world state that outlives episodes,
         drawn at a reset; then ``initial_state`` takes it as last argument.
       update_curriculum: None (the state stays as drawn), or how an ended episode
@@ -237,7 +237,7 @@ class Task:
                 raise TypeError(f"Task.{field} must be None or callable, got {value!r}")
         if self.pixels is not None and not isinstance(self.pixels, PixelSpec):
             raise TypeError(
-                f"Task.pixels must be a mjxrunner.pixels.PixelSpec or None, got {self.pixels!r}"
+                f"Task.pixels must be a mjxrunner.kit.pixels.PixelSpec or None, got {self.pixels!r}"
             )
         if self.update_info is not None and self.initial_info is None:
             raise ValueError("Task.update_info needs Task.initial_info (the info it updates)")

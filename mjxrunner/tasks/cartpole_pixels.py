@@ -11,8 +11,8 @@ impl="warp")``; the Gymnasium ids default to it.
 
 from __future__ import annotations
 
-from mjxrunner.observations import ObsConfig
-from mjxrunner.pixels import PixelSpec
+from mjxrunner.kit.observations import ObsConfig
+from mjxrunner.kit.pixels import PixelSpec
 from mjxrunner.tasks import cartpole
 from mjxrunner.tasks.base import no_state
 

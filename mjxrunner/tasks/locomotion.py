@@ -19,7 +19,7 @@ the world's own stream; the ant is rewarded for matching it. What the task uses:
 * **termination** when the torso is less than 0.3 m above the ground beneath it
   (the sphere's radius is 0.25 m) or upside down;
 * **terrain and curriculum** (:func:`velocity_task` with a
-  :class:`~mjxrunner.terrain.TerrainConfig`): the scene is the ant with sphere feet
+  :class:`~mjxrunner.kit.terrain.TerrainConfig`): the scene is the ant with sphere feet
   on a generated heightfield; each world keeps its level, column and spawn point
   across episodes (``EnvState.curriculum``), moved by the terrain's rule at every
   restart (walked past half a tile: up; less than half the commanded distance,
@@ -30,8 +30,8 @@ the world's own stream; the ant is rewarded for matching it. What the task uses:
   pushes=PUSHES)``.
 
 Registered: ``ant_velocity`` (flat ground) and ``ant_velocity_terrain`` (the default
-:class:`~mjxrunner.terrain.TerrainConfig`), both on the ant with sphere feet
-(:data:`mjxrunner.terrain.ANT_FEET`; on a heightfield they cost a fraction of the
+:class:`~mjxrunner.kit.terrain.TerrainConfig`), both on the ant with sphere feet
+(:data:`mjxrunner.kit.terrain.ANT_FEET`; on a heightfield they cost a fraction of the
 shin capsules, and the flat variant keeps the same contacts) and joint position
 servos (:func:`position_control`: the action is a target per joint). Their scenes
 are generated, so ``Task.model`` is a builder. Control at 50 Hz (4 physics steps of
@@ -49,8 +49,9 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import events, models, terrain
-from mjxrunner.observations import Noise, ObsConfig
+from mjxrunner.engine import events, models
+from mjxrunner.kit import terrain
+from mjxrunner.kit.observations import Noise, ObsConfig
 from mjxrunner.tasks.base import Task
 
 TERMS = (

@@ -1,6 +1,6 @@
-"""Tooling around mjxrunner that is not part of the engine.
+"""Tooling: the throughput harness (:mod:`.bench`) and the command line (:mod:`.cli`).
 
-The engine (runner, env, core and what they build on) never imports from here;
-modules here may import the engine. :mod:`mjxrunner.tools.bench` is the throughput
-harness behind ``mjxrunner bench`` and ``benchmarks/``.
+May import every layer below: :mod:`mjxrunner.engine`, :mod:`mjxrunner.kit`,
+:mod:`mjxrunner.tasks`, :mod:`mjxrunner.rl` and :mod:`mjxrunner.doors`. Nothing
+below imports from here.
 """

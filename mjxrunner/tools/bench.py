@@ -56,9 +56,9 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner import backend, checks, models
-from mjxrunner.backend import describe_backend
-from mjxrunner.models import action_bounds, load_any
+from mjxrunner.engine import backend, checks, models
+from mjxrunner.engine.backend import describe_backend
+from mjxrunner.engine.models import action_bounds, load_any
 
 __all__ = [
     "NATIVE",
@@ -206,7 +206,7 @@ def _prepare_raw(w: Workload) -> Trial:
 
 
 def _runner(w: Workload) -> Any:
-    from mjxrunner.runner import MultiEnvRunner
+    from mjxrunner.doors.runner import MultiEnvRunner
 
     return MultiEnvRunner(w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, device=w.device)
 
@@ -230,7 +230,7 @@ def _prepare_rollout(w: Workload) -> Trial:
 
 
 def _env_scan(env: Any, state: Any, actions: jax.Array) -> Any:
-    from mjxrunner import env as env_
+    from mjxrunner.rl import env as env_
 
     return jax.lax.scan(lambda s, u: (env_.step(env, s, u), None), state, actions)[0]
 
@@ -239,8 +239,8 @@ _env_scan_jit = jax.jit(_env_scan)
 
 
 def _prepare_env(w: Workload) -> Trial:
-    from mjxrunner import env as env_
     from mjxrunner import tasks
+    from mjxrunner.rl import env as env_
 
     found = tasks.for_model(w.name)
     if not found:
@@ -311,7 +311,7 @@ def _prepare_sharded(w: Workload) -> Trial:
     """The runner's rollout with its worlds split over every device of the platform."""
     import inspect
 
-    from mjxrunner.runner import MultiEnvRunner
+    from mjxrunner.doors.runner import MultiEnvRunner
 
     if "devices" not in inspect.signature(MultiEnvRunner).parameters:
         raise Unavailable("the sharded runner (issue 6) has not landed: no devices= argument")
@@ -550,7 +550,7 @@ def _model_name(model: Any) -> str:
 
 def _source_sha256(model: Any) -> str | None:
     """SHA-256 of the MJCF/MJB bytes the model came from (None for an ``MjModel``)."""
-    from mjxrunner import models
+    from mjxrunner.engine import models
 
     if isinstance(model, mujoco.MjModel):
         return None

@@ -1,0 +1,410 @@
+"""The stateful shell under every stateful front door (Gymnasium, PyTorch, rsl_rl, skrl).
+
+A :class:`Door` holds an :class:`~mjxrunner.env.Env` and its current
+:class:`~mjxrunner.env.EnvState` packed into a few flat buffers (:class:`Layout`:
+one per dtype and placement), and steps them with one compiled call that unpacks
+them, runs :func:`mjxrunner.env.step` and packs the new state again; the slices
+and concatenations compile into the step's own loops. Why: on a CPU, a compiled
+call's host time grows with the number of arrays it returns (measured ~3-6 us
+each, against ~0.2 us per argument), and an ``EnvState`` has ~100 leaves, whose
+separate outputs cost more host time than the physics of 64 cartpole worlds.
+Packed, a step takes ~3 env buffers, ~4 state buffers and the action, and returns
+~4 state buffers and what the door hands out (``pack``), gathered into a few
+buffers too (:func:`outputs`).
+
+The state's buffers belong to the door alone, so the step donates them (XLA
+updates them in place), except with guards of policy ``"warn"`` or ``"raise"``,
+which need the state of before the step. Every state the door hands out
+(:attr:`Door.state`, :meth:`Door.get`) is unpacked into arrays of its own, and a
+state given to it is packed into new buffers: no array a caller holds is ever
+donated. The pytree is rebuilt only when asked for.
+
+The compiled steps are shared by every door of the same layout, ``pack`` and
+donation in the process (e.g. a Gymnasium and a torch door of one task and
+size); :func:`mjxrunner.env.jit_step`, which takes pytrees, compiles its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+from mjxrunner.engine import guards
+from mjxrunner.rl import env as env_
+
+# Fields a door reads, by name -> path in ``EnvState``.
+FIELDS = {
+    "obs": ("obs",),
+    "reward": ("reward",),
+    "terminated": ("runner", "terminated"),
+    "truncated": ("runner", "truncated"),
+    "final_obs": ("final_obs",),
+    "final_mask": ("final_mask",),
+    "episode_length": ("runner", "episode_length"),
+}
+
+
+def _leaf_index(template: Any) -> dict[str, tuple[int, int, Any]]:
+    """Where each of :data:`FIELDS` lies among the leaves of a state (an
+    ``EnvState``, or a state that says where they are in ``DOOR_FIELDS``, e.g. a
+    ``GroupState``): ``(first leaf, end, treedef)``; a field of several leaves (an
+    observation of terms) is a run of consecutive leaves."""
+    paths = [
+        tuple(getattr(k, "name", getattr(k, "key", None)) for k in path)
+        for path, _ in jax.tree_util.tree_flatten_with_path(template)[0]
+    ]
+    fields = getattr(type(template), "DOOR_FIELDS", FIELDS)
+    index = {}
+    for name, path in fields.items():
+        found = [i for i, p in enumerate(paths) if p[: len(path)] == path]
+        subtree = template
+        for part in path:
+            subtree = getattr(subtree, part)
+        index[name] = (found[0], found[-1] + 1, jax.tree.structure(subtree))
+    return index
+
+
+# --- packing a pytree into few buffers -------------------------------------------------
+
+_FLAT, _ROWS, _OWN = "flat", "rows", "own"
+
+
+def _kind(leaf: jax.Array) -> tuple[str, Any]:
+    """How a leaf is packed, and the sharding of its buffer: ``flat`` (raveled into a
+    1-D buffer) where it lies whole on each device, ``rows`` (``(rows, -1)`` into a
+    2-D buffer split the same way) where it is split along its leading axis only,
+    else ``own`` (a buffer of its own: PRNG keys, other splits)."""
+    sharding = leaf.sharding
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended):
+        return _OWN, sharding
+    if sharding.is_fully_replicated:
+        return _FLAT, sharding
+    spec = getattr(sharding, "spec", None)
+    if (
+        isinstance(sharding, NamedSharding)
+        and leaf.ndim >= 1
+        and spec
+        and spec[0] is not None
+        and all(p is None for p in spec[1:])
+    ):
+        return _ROWS, NamedSharding(sharding.mesh, PartitionSpec(spec[0]))
+    return _OWN, sharding
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where each leaf of a pytree lies in a few buffers (hashable: compiled
+    functions are cached by it).
+
+    Leaves of one dtype and placement share a buffer, each in a range along the
+    buffer's last axis: raveled into a ``(size,)`` buffer where they lie whole on
+    each device (one device, or replicated), or as ``(rows, -1)`` into a
+    ``(rows, size)`` buffer where they are split along their leading axis over a
+    mesh, so the buffer keeps their split. Any other leaf is a buffer of its own.
+
+    Attributes:
+      treedef: the pytree's structure.
+      buffers: ``(kind, dtype, sharding, shape)`` per buffer.
+      leaves: ``(buffer, start, stop, shape, sharding)`` per leaf.
+    """
+
+    treedef: Any
+    buffers: tuple[tuple[str, Any, Any, tuple[int, ...]], ...]
+    leaves: tuple[tuple[int, int, int, tuple[int, ...], Any], ...]
+
+    @classmethod
+    def of(cls, tree: Any) -> Layout:
+        """The layout of ``tree`` (a pytree of ``jax.Array`` s)."""
+        leaves, treedef = jax.tree.flatten(tree)
+        groups: dict[Any, int] = {}  # (kind, dtype, sharding, rows) -> buffer
+        buffers: list[list[Any]] = []  # [kind, dtype, sharding, shape], sizes added up
+        where = []
+        for i, x in enumerate(leaves):
+            kind, sharding = _kind(x)
+            rows = x.shape[0] if kind == _ROWS else None
+            key = (_OWN, i) if kind == _OWN else (kind, x.dtype, sharding, rows)
+            if key not in groups:
+                groups[key] = len(buffers)
+                shape = {_FLAT: (0,), _ROWS: (rows, 0), _OWN: tuple(x.shape)}[kind]
+                buffers.append([kind, x.dtype, sharding, shape])
+            b = groups[key]
+            at = buffers[b][3][-1] if kind != _OWN else 0
+            size = math.prod(x.shape[1:] if kind == _ROWS else x.shape)
+            where.append((b, at, at + size, tuple(x.shape), x.sharding))
+            if kind != _OWN:
+                buffers[b][3] = (*buffers[b][3][:-1], at + size)
+        return cls(treedef, tuple(tuple(b) for b in buffers), tuple(where))
+
+    def pack(self, leaves: list[jax.Array]) -> tuple[jax.Array, ...]:
+        """The buffers of ``leaves`` (traceable)."""
+        if len(leaves) != len(self.leaves) or any(
+            x.shape != w[3] or x.dtype != self.buffers[w[0]][1]
+            for x, w in zip(leaves, self.leaves, strict=True)
+        ):
+            raise ValueError("these leaves do not fit the layout (shapes or dtypes changed)")
+        parts: list[list[jax.Array]] = [[] for _ in self.buffers]
+        for x, (b, *_) in zip(leaves, self.leaves, strict=True):
+            kind = self.buffers[b][0]
+            if kind == _FLAT:
+                x = x.reshape(-1)
+            elif kind == _ROWS:
+                x = x.reshape(x.shape[0], math.prod(x.shape[1:]))
+            parts[b].append(x)
+        out = []
+        for (kind, _, sharding, _), p in zip(self.buffers, parts, strict=True):
+            buf = p[0] if kind == _OWN else jnp.concatenate(p, axis=-1)
+            if isinstance(sharding, NamedSharding):
+                buf = jax.lax.with_sharding_constraint(buf, sharding)
+            out.append(buf)
+        return tuple(out)
+
+    def unpack(self, buffers: tuple[jax.Array, ...], start: int = 0, end: int | None = None):
+        """Leaves ``start:end`` of the buffers (traceable), each placed as it was."""
+        out = []
+        for b, lo, hi, shape, sharding in self.leaves[start:end]:
+            kind, buf = self.buffers[b][0], buffers[b]
+            if kind == _FLAT:
+                x = jax.lax.slice(buf, (lo,), (hi,)).reshape(shape)
+            elif kind == _ROWS:
+                x = jax.lax.slice(buf, (0, lo), (buf.shape[0], hi)).reshape(shape)
+            else:
+                x = buf
+            if isinstance(sharding, NamedSharding):
+                x = jax.lax.with_sharding_constraint(x, sharding)
+            out.append(x)
+        return out
+
+    def unflatten(self, buffers: tuple[jax.Array, ...]) -> Any:
+        """The pytree of the buffers (traceable)."""
+        return self.treedef.unflatten(self.unpack(buffers))
+
+
+# Compiled once per layout (and pack, donation) and process, shared by every door.
+_COMPILED: dict[tuple, Any] = {}
+
+
+def _compiled(key: tuple, make: Callable[[], Any]) -> Any:
+    if key not in _COMPILED:
+        _COMPILED[key] = make()
+    return _COMPILED[key]
+
+
+def packer(layout: Layout) -> Callable:
+    """``jit`` of :meth:`Layout.pack` (new buffers, never the leaves themselves)."""
+    return _compiled(("pack", layout), lambda: jax.jit(layout.pack))
+
+
+def unpacker(layout: Layout, start: int = 0, end: int | None = None) -> Callable:
+    """``jit`` of :meth:`Layout.unpack` of leaves ``start:end``."""
+    return _compiled(
+        ("unpack", layout, start, end), lambda: jax.jit(lambda b: layout.unpack(b, start, end))
+    )
+
+
+def packed_step(env_layout: Layout, state_layout: Layout, pack: Any, donate: bool) -> Callable:
+    """``jit`` of :func:`mjxrunner.env.step` on packed buffers: ``(env buffers, state
+    buffers, action) -> (new state buffers, pack(new state))``; with ``donate``, the
+    state buffers are donated (updated in place)."""
+
+    def step(env_buffers, state_buffers, action):
+        env = env_layout.unflatten(env_buffers)
+        new = env_.step(env, state_layout.unflatten(state_buffers), action)
+        leaves, new_def = jax.tree.flatten(new)
+        if new_def != state_layout.treedef:  # at trace time: a step keeps the structure
+            raise AssertionError(f"the step changed the state's structure: {new_def}")
+        return state_layout.pack(leaves), None if pack is None else pack(new)
+
+    return _compiled(
+        ("step", env_layout, state_layout, pack, donate),
+        lambda: jax.jit(step, donate_argnums=(1,) if donate else ()),
+    )
+
+
+# --- what the doors hand out -----------------------------------------------------------
+
+
+def groups_of(obs: Any) -> dict[str, Any]:
+    """Observation groups as torch trainers name them: ``{"policy": obs}`` for one
+    array, the terms themselves for an observation of terms."""
+    return dict(obs) if isinstance(obs, dict) else {"policy": obs}
+
+
+def packed_groups(obs: Any, float_dtype: Any) -> tuple[list[str], list[str]]:
+    """``(groups in the float buffer, groups handed out on their own)``: terms of the
+    env's float dtype share one buffer; others (uint8 images) go apart."""
+    groups = groups_of(obs)
+    floats = [k for k, x in groups.items() if x.dtype == float_dtype]
+    return floats, [k for k in groups if k not in floats]
+
+
+def outputs(state: env_.EnvState) -> tuple[jax.Array, jax.Array, tuple[jax.Array, ...]]:
+    """What a step hands out, in few buffers (each output of a compiled call, and
+    each export or transfer of one, costs host time): floats ``obs, final_obs,
+    reward`` of every float group, bools ``terminated, truncated, final_mask``, and
+    ``(obs, final_obs)`` of each other group. :class:`Outputs` splits them again."""
+    dtype = state.reward.dtype
+    obs, final = groups_of(state.obs), groups_of(state.final_obs)
+    in_floats, apart = packed_groups(state.obs, dtype)
+    floats = jnp.concatenate(
+        [obs[k].ravel() for k in in_floats] + [final[k].ravel() for k in in_floats] + [state.reward]
+    )
+    flags = jnp.concatenate([state.terminated, state.truncated, state.final_mask])
+    return floats, flags, tuple(x for k in apart for x in (obs[k], final[k]))
+
+
+class Outputs:
+    """Splits what :func:`outputs` packed into named views, for any array type that
+    slices and reshapes (NumPy arrays after one transfer, torch tensors over DLPack).
+
+    Args:
+      spec: the env's ``observation_spec`` (one spec, or a dict of them for terms).
+      num_envs: number of worlds.
+      float_dtype: the env's float dtype.
+    """
+
+    def __init__(self, spec: Any, num_envs: int, float_dtype: Any):
+        groups = groups_of(spec)
+        self._floats, self._apart = packed_groups(groups, float_dtype)
+        self._shapes = {k: tuple(s.shape) for k, s in groups.items()}
+        self._n = num_envs
+
+    def split(self, floats: Any, flags: Any, apart: tuple) -> dict[str, Any]:
+        """``obs`` and ``final_obs`` (dicts of groups), ``reward``, ``terminated``,
+        ``truncated`` and ``final_mask``, as views of the buffers."""
+        n = self._n
+        obs, final, at = {}, {}, 0
+        for out in (obs, final):
+            for k in self._floats:
+                size = n * math.prod(self._shapes[k])
+                out[k] = floats[at : at + size].reshape((n, *self._shapes[k]))
+                at += size
+        for i, k in enumerate(self._apart):
+            obs[k], final[k] = apart[2 * i], apart[2 * i + 1]
+        return {
+            "obs": obs,
+            "final_obs": final,
+            "reward": floats[at:],
+            "terminated": flags[:n],
+            "truncated": flags[n : 2 * n],
+            "final_mask": flags[2 * n :],
+        }
+
+
+# --- the door ------------------------------------------------------------------------
+
+
+class Door:
+    """An env and its current state, stepped as a few packed buffers.
+
+    Args:
+      env: the :class:`~mjxrunner.env.Env`.
+      pack: None, or ``pack(state) -> arrays`` computed inside the compiled step
+        and returned by :meth:`step`: e.g. :func:`outputs`, what a door hands out,
+        gathered into a few buffers so that handing them out costs one transfer or
+        export each.
+
+    Attributes:
+      env: the env; assigning one packs it anew (e.g. after ``with_param``).
+    """
+
+    def __init__(self, env: env_.Env, pack: Callable | None = None):
+        self._pack = pack
+        self._layout: Layout | None = None
+        self.env = env
+        self._buffers: tuple[jax.Array, ...] | None = None
+        self._state: env_.EnvState | None = None  # the pytree, when known
+        self._leaves: list[jax.Array] | None = None  # its leaves, when known
+        self._index: dict[str, tuple[int, int, Any]] = {}
+
+    @property
+    def env(self) -> env_.Env:
+        return self._env
+
+    @env.setter
+    def env(self, env: env_.Env) -> None:
+        if not isinstance(env, env_.AnyEnv):
+            raise TypeError(
+                f"env must be a mjxrunner.env.Env or GroupEnv, got {type(env).__name__}"
+            )
+        layout = Layout.of(env)
+        self._env, self._env_layout = env, layout
+        self._env_buffers = packer(layout)(jax.tree.leaves(env))
+        self._host_guards = bool(guards.host_policies(env.config.guards))
+        self._step = None  # looked up again on the next step
+
+    @property
+    def ready(self) -> bool:
+        """True once a state has been set (by a reset)."""
+        return self._buffers is not None
+
+    @property
+    def state(self) -> env_.EnvState:
+        """The current state as a pytree (unpacked once per step, when asked for)."""
+        if self._buffers is None:
+            raise RuntimeError("call reset() before reading the state")
+        if self._state is None:
+            self._leaves = unpacker(self._layout)(self._buffers)
+            self._state = self._layout.treedef.unflatten(self._leaves)
+        return self._state
+
+    @state.setter
+    def state(self, state: env_.EnvState) -> None:
+        if not isinstance(state, env_.AnyState):
+            raise TypeError(
+                f"state must be a mjxrunner.env.EnvState or GroupState, got {type(state).__name__}"
+            )
+        layout = Layout.of(state)
+        if self._layout is None or layout.treedef != self._layout.treedef:
+            self._index = _leaf_index(state)
+        if layout != self._layout:
+            self._step = None
+        leaves = jax.tree.leaves(state)
+        self._buffers = packer(layout)(leaves)  # new buffers: the caller's stay its own
+        self._layout, self._state, self._leaves = layout, state, leaves
+
+    def get(self, name: str) -> Any:
+        """A field of the current state by name (one of :data:`FIELDS`), without
+        rebuilding the state: an array, or a dict of them for an observation of
+        terms."""
+        if self._buffers is None:
+            raise RuntimeError("call reset() before reading the state")
+        start, end, treedef = self._index[name]
+        if self._leaves is not None:
+            leaves = self._leaves[start:end]
+        else:
+            leaves = unpacker(self._layout, start, end)(self._buffers)
+        if treedef.num_leaves == 1 and treedef.num_nodes == 1:
+            return leaves[0]
+        return treedef.unflatten(leaves)
+
+    def step(self, action: Any) -> Any:
+        """Steps every world with a ``(num_envs, nu)`` array; returns ``pack(state)``
+        of the new state (None without ``pack``).
+
+        Guards with policy ``"warn"`` or ``"raise"`` are applied here (one host
+        transfer of their flags); ``"raise"`` keeps the state of before the step
+        and raises the guard's error.
+        """
+        if self._buffers is None:
+            raise RuntimeError("call reset() before step()")
+        keep = self._host_guards  # the state of before the step is needed: no donation
+        if self._step is None:  # found once per layout, not hashed on every step
+            self._step = packed_step(self._env_layout, self._layout, self._pack, not keep)
+        before = self._buffers, self._state, self._leaves
+        self._buffers, packed = self._step(self._env_buffers, self._buffers, action)
+        self._state = self._leaves = None
+        if keep:
+            prev = before[1]
+            if prev is None:  # not unpacked since the last step
+                prev = self._layout.treedef.unflatten(unpacker(self._layout)(before[0]))
+            error = env_.guard_error(self._env, prev, self.state)
+            if error is not None:
+                self._buffers, self._state, self._leaves = before
+                raise error
+        return packed

@@ -1,0 +1,790 @@
+"""``MultiEnvRunner``: a thin stateful shell over :mod:`mjxrunner.engine`.
+
+It holds one :class:`~mjxrunner.engine.Engine` (config, models, state, default
+snapshot), a scratch state buffer, host policies and display metadata. A step
+writes into the scratch buffer by donation and then swaps, so the previous state
+stays readable (``next_data``) until the next step, and stepping keeps two copies of
+the batch, not three. The compiled functions are module-level: runners of the same
+model and configuration share them.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from jax.sharding import Mesh
+
+from mjxrunner.doors import layout, runner_io
+from mjxrunner.engine import backend, checks, health, params, sharding
+from mjxrunner.engine import batch as engine
+from mjxrunner.engine import guards as guards_  # the constructor's ``guards`` argument shadows it
+from mjxrunner.engine.models import load_any
+from mjxrunner.engine.sharding import host_copy
+from mjxrunner.engine.worlds import FlatModel, world_mask
+
+OVERFLOW_POLICIES = guards_.POLICIES
+
+
+_GROUPS: dict[str, Any] = {}
+"""What :mod:`.group_runner` registers when it loads (``"runner"``: ``GroupRunner``)."""
+
+
+def register_groups(group_runner: type) -> None:
+    """Lets :meth:`MultiEnvRunner.from_groups` build ``group_runner`` objects."""
+    _GROUPS["runner"] = group_runner
+
+
+def _advance_into(config, model, default_model, ref, state, scratch, dt, substeps, collide=None):
+    del scratch  # donated: its buffers receive the new state
+    model, state = engine.advance(config, model, default_model, ref, state, dt, substeps, collide)
+    # Only a redraw in the step changes the model: returning its ~100 leaves otherwise
+    # costs a buffer per leaf per call (0.3 ms a step at 256 cartpoles).
+    return (model if _redraws_in_step(config) else None), state
+
+
+def _redraws_in_step(config) -> bool:
+    rand = config.randomization
+    return rand is not None and rand.every_n_steps > 0
+
+
+def _roll_into(
+    config, model, state, scratch, actions_or_policy, n_steps, dt, substeps, collide=None
+):
+    del scratch  # donated, as in _advance_into
+    return engine.roll(config, model, state, actions_or_policy, n_steps, dt, substeps, collide)
+
+
+def _set_ctrl(ctrl, mask, values):
+    # Only ctrl goes in and out: passing the whole state costs ~0.4 ms of per-leaf
+    # dispatch per call, as much as a step of hundreds of cartpoles.
+    return jnp.where(mask[:, None], values, ctrl)
+
+
+_advance = jax.jit(_advance_into, static_argnums=(0, 7), donate_argnums=(5,), keep_unused=True)
+_roll_actions = jax.jit(_roll_into, static_argnums=(0, 5, 7), donate_argnums=(3,), keep_unused=True)
+# A policy is a function, so it is static: one compile per policy object.
+_roll_policy = jax.jit(
+    _roll_into, static_argnums=(0, 4, 5, 7), donate_argnums=(3,), keep_unused=True
+)
+_restore = jax.jit(engine.restore, static_argnums=(0, 8), donate_argnums=(4,))
+_get_state = jax.jit(engine.get_state, static_argnums=(0, 3))
+_set_state = jax.jit(engine.set_state, static_argnums=(0, 5, 6), donate_argnums=(2,))
+_redraw = jax.jit(engine.redraw, static_argnums=(0,))
+_contact_count = jax.jit(engine.contact_count, static_argnums=(0,))
+_set_ctrl_fn = jax.jit(_set_ctrl, donate_argnums=(0,))
+_set_flags = jax.jit(lambda s, te, tr: s.replace(terminated=te, truncated=tr), donate_argnums=0)
+_copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
+    """``num_envs`` MuJoCo worlds stepped together on MJX.
+
+    Args:
+      model: an ``MjModel``, a name from ``models/`` (see ``mjxrunner.models.list()``),
+        a path to an MJCF/MJB file, or MJCF text.
+      num_envs: number of worlds.
+      impl: MJX implementation, ``"jax"`` or ``"warp"``; always passed to MJX.
+      seed: seeds the per-world RNG keys.
+      keyframe: name or index of a keyframe to start from (None: ``qpos0``).
+      devices: None (one device), or devices to split the worlds across; see
+        :meth:`shard`.
+      overflow_policy: the Warp overflow guard's policy: ``"raise"`` (roll back the
+        step, ``CapacityOverflowError``), ``"warn"`` or ``"truncate"`` (on device).
+        ``runner.overflow`` always holds the last step's bits.
+      instability_policy: the instability guard's policy (NaN/Inf state or
+        ``|qvel| > max_qvel``): ``"reset"`` (default; ``"truncate"``: mark the
+        world truncated, on device, so the next reset of truncated worlds replaces
+        it), ``"warn"`` or ``"raise"`` (roll back the step).
+      **options: ``device`` (None, a ``jax.Device`` or a platform name), Warp's
+        ``graph_mode``, ``naconmax``, ``njmax``, ``naccdmax``, ``nvmax``,
+        ``max_qvel`` (default MuJoCo's ``mjMAXVAL``, 1e10), ``guards`` (your own
+        :class:`mjxrunner.engine.guards.Guard` s), ``latency`` (an
+        :class:`mjxrunner.engine.events.Latency` or an int number of control steps),
+        ``pushes`` (an :class:`mjxrunner.engine.events.Pushes`) and ``collision_enabled``
+        (default True); see :func:`mjxrunner.engine.configure`.
+
+    Guards with policy ``"warn"`` or ``"raise"`` read their flags back after every
+    step. The state after construction (and after :meth:`build_default`) is the
+    default snapshot that resets restore.
+    """
+
+    def __init__(
+        self,
+        model: mujoco.MjModel | str | os.PathLike,
+        num_envs: int,
+        *,
+        impl: str = "jax",
+        seed: int = 0,
+        keyframe: int | str | None = None,
+        devices: Any = None,
+        overflow_policy: str = "raise",
+        instability_policy: str = "reset",
+        **options: Any,
+    ):
+        num_envs = checks.count(num_envs, "num_envs")
+        seed = checks.count(seed, "seed", minimum=0)
+        backend.check_impl(impl)
+        mj_model = copy.copy(load_any(model))  # later edits of the caller's model stay there
+        config = engine.configure(
+            mj_model,
+            num_envs,
+            impl=impl,
+            overflow_policy=overflow_policy,
+            instability_policy=instability_policy,
+            **options,
+        )
+        self._mj_model = mj_model
+        self._policies = {"overflow": overflow_policy, "instability": instability_policy}
+        # The runner passes its contact switch to each step as values (collide flags),
+        # so switching never recompiles; its engine's config keeps the default.
+        self._collisions = config.collisions
+        config = config.replace(collisions=True)
+        self._set_engine(engine.build(mj_model, config, seed=seed, keyframe=keyframe))
+        self._origins, self._layout = layout.linear(num_envs, 0.0), "linear"
+        if devices is not None:
+            self.shard(devices)
+
+    def _set_engine(self, eng: engine.Engine) -> None:
+        self._eng = eng
+        self._scratch = _copy(eng.state)
+        self._host_guards = bool(guards_.host_policies(eng.config.guards))
+
+    # --- devices --------------------------------------------------------------------
+
+    @property
+    def mesh(self) -> Mesh | None:
+        """The ``"worlds"`` mesh the runner is sharded over (None: one device)."""
+        return self._eng.config.mesh
+
+    def shard(self, devices: Any) -> None:
+        """Splits the worlds across devices (of one or several processes).
+
+        Args:
+          devices: a ``jax.sharding.Mesh`` with the single axis ``"worlds"``, an int
+            (the first n devices), a list of devices, or ``"all"``.
+
+        World-indexed leaves are partitioned along ``"worlds"`` and shared leaves
+        replicated (both from the world-axis rule); every compiled function then runs
+        under ``shard_map``, each device stepping its own worlds without
+        communication. ``num_envs`` must be divisible by the number of devices. With
+        impl "warp" each device keeps its own contact pool of ``naconmax``.
+        """
+        self._set_engine(engine.place(self._eng, sharding.make_mesh(devices)))
+
+    def _put(self, tree: Any) -> Any:
+        """Places a tree like the runner's buffers (one device, or the mesh)."""
+        return engine.put(tree, self._eng.config)
+
+    # --- properties -------------------------------------------------------------
+
+    model = property(lambda self: self._eng.model.tree, doc="The device ``mjx.Model``.")
+    mj_model = property(lambda self: self._mj_model, doc="The host ``MjModel`` built from.")
+    engine = property(lambda self: self._eng, doc="The :class:`~mjxrunner.engine.Engine`.")
+    state = property(lambda self: self._eng.state, doc="The current ``RunnerState``.")
+    _default = property(lambda self: self._eng.default)
+    data = property(lambda self: self._eng.state.data, doc="Current batched ``mjx.Data``.")
+    next_data = property(
+        lambda self: self._scratch.data, doc="The scratch buffer: the state before the step."
+    )
+    control = property(lambda self: self._eng.state.ctrl, doc="``(num_envs, nu)`` controls.")
+    num_envs = property(lambda self: self._eng.num_envs)
+    impl = property(lambda self: self._eng.config.backend.impl)
+    device = property(lambda self: self._eng.config.backend.device)
+    capacities = property(lambda self: self._eng.config.backend.caps, doc="Warp sizes.")
+    overflow_policy = property(lambda self: self._policies["overflow"])
+    instability_policy = property(lambda self: self._policies["instability"])
+    guards = property(lambda self: self._eng.config.guards, doc="The guards of every step.")
+    latency = property(
+        lambda self: self._eng.config.latency, doc="The action latency (None: none)."
+    )
+
+    @property
+    def pushes(self) -> Any:
+        """The random pushes (:class:`mjxrunner.engine.events.Pushes`; None: none)."""
+        plan = self._eng.config.pushes
+        return None if plan is None else plan.pushes
+
+    collision_enabled = property(
+        lambda self: self._collisions,
+        doc="Whether steps collide (``set_collision_enabled``; ``step(collide=)`` per step).",
+    )
+
+    @property
+    def max_qvel(self) -> float:
+        """The ``|qvel|`` above which a world counts as unstable."""
+        return guards_.find(self.guards, "unstable").detect.max_qvel
+
+    episode_length = property(lambda self: host_copy(self.state.episode_length))
+    terminated = property(lambda self: host_copy(self.state.terminated))
+    truncated = property(lambda self: host_copy(self.state.truncated))
+    overflow = property(
+        lambda self: host_copy(self.state.overflow),
+        doc="``(num_envs,)`` Warp capacity-overflow bits of the last step (0 for jax).",
+    )
+
+    @property
+    def backend_info(self) -> dict[str, Any]:
+        """Versions, impl, device and dtypes, to record with every result."""
+        return self._eng.config.backend.info()
+
+    @property
+    def health(self) -> health.Report:
+        """NumPy snapshot of every guard's flags and counts and the reset counts."""
+        return health.Report.from_state(self.state)
+
+    def contact_count(self) -> np.ndarray:
+        """``(num_envs,)`` NumPy count of active contacts per world (both impls)."""
+        return host_copy(_contact_count(self._eng.config, self.data))
+
+    def to_numpy(self, tree: Any) -> Any:
+        """NumPy copies of a tree of the runner's arrays, whole even when sharded over
+        devices or processes (every process must call it together)."""
+        return jax.tree.map(host_copy, tree)
+
+    def action_dim(self) -> int:
+        """Number of controls per world (``nu``)."""
+        return self._mj_model.nu
+
+    # --- controls and flags -----------------------------------------------------
+
+    def set_actions(self, actions: Any, env_ids: Any = None) -> None:
+        """Sets the controls of all worlds, or of ``env_ids`` only.
+
+        Args:
+          actions: ``(num_envs, nu)``, or ``(len(env_ids), nu)`` with ``env_ids``;
+            finite real numbers. MuJoCo clamps them to ``ctrlrange`` when limited.
+          env_ids: None or unique world indices.
+        """
+        n = self.num_envs
+        ids = np.arange(n) if env_ids is None else checks.env_ids(env_ids, n)
+        shape = (len(ids), self.action_dim())
+        values = checks.finite_array(actions, "actions", shape, backend.float_dtype())
+        full = np.zeros((n, self.action_dim()), values.dtype)
+        full[ids] = values  # row k of actions belongs to world ids[k]
+        mask = np.zeros((n,), bool)
+        mask[ids] = True
+        self._write_ctrl(mask, full)
+
+    def clear_actions(self, env_ids: Any = None) -> None:
+        """Zeroes the controls of all worlds, or of ``env_ids`` only."""
+        mask = checks.ids_mask(env_ids, self.num_envs)
+        self._write_ctrl(mask, np.zeros((self.num_envs, self.action_dim()), backend.float_dtype()))
+
+    def _write_ctrl(self, mask: np.ndarray, full: np.ndarray) -> None:
+        state = self.state
+        self._eng = self._eng.replace(
+            state=state.replace(ctrl=_set_ctrl_fn(state.ctrl, mask, full))
+        )
+
+    def set_done_flags(self, terminated: Any, truncated: Any) -> None:
+        """Replaces the ``(num_envs,)`` bool ``terminated`` and ``truncated`` flags."""
+        n = (self.num_envs,)
+        terminated = checks.bool_vector(terminated, "terminated", n)
+        truncated = checks.bool_vector(truncated, "truncated", n)
+        self._eng = self._eng.replace(state=_set_flags(self.state, terminated, truncated))
+
+    # --- stepping -----------------------------------------------------------------
+
+    def step(self, dt: float | None = None, substeps: int = 1, collide: Any = None) -> None:
+        """Advances every world by ``dt`` in ``substeps`` solver calls.
+
+        Args:
+          dt: step length in seconds; None means ``substeps * timestep``.
+          substeps: solver calls per step, each of ``dt / substeps`` seconds. Each
+            distinct value compiles once.
+          collide: None (:attr:`collision_enabled`), or a bool or ``(num_envs,)``
+            bool for this step only: worlds with False ignore every contact (see
+            :func:`mjxrunner.engine.core.without_contacts`). Values never recompile.
+        """
+        substeps = checks.count(substeps, "substeps")
+        if dt is not None:
+            dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
+        collide = self._collide(collide)
+        eng = self._eng
+        # The default model is an argument only when a redraw can need it: fewer leaves
+        # to dispatch on every call.
+        default_model = eng.default_model if _redraws_in_step(eng.config) else None
+        model, new = _advance(
+            eng.config,
+            eng.model,
+            default_model,
+            eng.ref,
+            eng.state,
+            self._scratch,
+            dt,
+            substeps,
+            collide,
+        )
+        self._swap(eng.replace(model=eng.model if model is None else model, state=new))
+
+    def _collide(self, collide: Any) -> np.ndarray | None:
+        """The validated ``collide`` flags of a step (None: the runner's setting), as
+        ``(num_envs,)`` bool, or None where every world collides: the step of a
+        runner that never switches contacts off."""
+        n = self.num_envs
+        if collide is None:
+            collide = self._collisions
+        if isinstance(collide, (bool, np.bool_)):
+            flags = np.full((n,), bool(collide))
+        else:
+            flags = checks.bool_vector(collide, "collide", (n,))
+        if flags.all():
+            return None
+        return self._put(flags) if self.mesh is not None else flags
+
+    def set_collision_enabled(self, enabled: bool) -> None:
+        """Switches contacts on or off in every world for the steps to come.
+
+        Off, each contact is kept out of the solver by its margin (see
+        :func:`mjxrunner.engine.core.without_contacts`): nothing in the model or state
+        changes and resets keep the setting. A value passed to every step: switching
+        never recompiles (the first step with contacts off compiles once).
+        """
+        if not isinstance(enabled, (bool, np.bool_)):
+            raise TypeError(f"enabled must be a bool, got {enabled!r}")
+        self._collisions = bool(enabled)
+
+    def _swap(self, new: engine.Engine) -> None:
+        """Makes ``new`` current, the old state the scratch buffer, then applies the
+        host policies (which may roll back to the old state and raise)."""
+        before = self._install(new)
+        found = self._found(before)
+        if found is not None:
+            guard, worlds = found
+            raise guard.error(guard.message(worlds, self._roll_back(before)))
+
+    def _install(self, new: engine.Engine) -> engine.Engine:
+        """Makes ``new`` current and the old state the scratch buffer; returns the
+        engine of before."""
+        before = self._eng
+        self._scratch, self._eng = before.state, new
+        return before
+
+    def _found(self, before: engine.Engine) -> tuple | None:
+        """The first ``"warn"``/``"raise"`` guard the last step tripped, with its
+        worlds (``"warn"`` has warned already), or None."""
+        if not self._host_guards:
+            return None
+        return engine.check_guards(self._eng.config, before.state, self._eng.state)
+
+    def _roll_back(self, before: engine.Engine) -> Any:
+        """Back to the state before the step (the scratch buffer still holds it);
+        returns the failed state. Its flags and counts stay readable (copied: the
+        buffer is reused)."""
+        failed = self._eng.state
+        kept = _copy((failed.overflow, failed.tripped, failed.health))
+        rolled = before.state.replace(overflow=kept[0], tripped=kept[1], health=kept[2])
+        self._scratch, self._eng = failed, before.replace(state=rolled)
+        return failed
+
+    def rollout(
+        self,
+        actions_or_policy: Any,
+        n_steps: int,
+        dt: float | None = None,
+        substeps: int = 1,
+        collide: Any = None,
+    ) -> Any:
+        """Runs ``n_steps`` steps in one compiled ``lax.scan`` (see :func:`core.rollout`).
+
+        Args:
+          actions_or_policy: ``(n_steps, num_envs, nu)`` finite controls, or a
+            function ``policy(state, keys) -> (num_envs, nu)`` (compiled once per
+            function object).
+          n_steps: number of steps.
+          dt: as in :meth:`step`.
+          substeps: as in :meth:`step`.
+          collide: as in :meth:`step`, for every step of the rollout.
+
+        Returns:
+          The trajectory ``(qpos (n_steps, num_envs, nq), qvel (n_steps, num_envs, nv))``
+          as device arrays. The runner ends in the final state, ``next_data`` holds
+          the state before the rollout.
+        """
+        n_steps = checks.count(n_steps, "n_steps")
+        substeps = checks.count(substeps, "substeps")
+        if dt is not None:
+            dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
+        collide = self._collide(collide)
+        fn = _roll_policy if callable(actions_or_policy) else _roll_actions
+        if not callable(actions_or_policy):
+            shape = (n_steps, self.num_envs, self.action_dim())
+            actions_or_policy = checks.finite_array(
+                actions_or_policy, "actions", shape, backend.float_dtype()
+            )
+        eng = self._eng
+        new, trajectory = fn(
+            eng.config,
+            eng.model,
+            eng.state,
+            self._scratch,
+            actions_or_policy,
+            n_steps,
+            dt,
+            substeps,
+            collide,
+        )
+        self._swap(eng.replace(state=new))
+        return trajectory
+
+    # --- resets -------------------------------------------------------------------
+
+    def reset(self, mask: Any = None, update_fk: bool = True) -> None:
+        """Restores worlds from the default snapshot (see DESIGN's reset rules).
+
+        Args:
+          mask: None restores everything (RNG excepted). A ``(num_envs,)`` bool mask
+            restores the world-indexed leaves of the selected worlds and leaves
+            shared leaves alone; with shape ``(num_envs + 1,)`` the last entry also
+            restores the shared leaves whole.
+          update_fk: recompute the restored worlds' kinematics (``xpos``, ``xquat``,
+            ``geom_xpos``, ``site_xpos``, ``subtree_com``, ...) with their restored
+            parameters, so they match ``qpos`` even after a parameter change since
+            the snapshot. False restores the snapshot's values as they are.
+
+        The restored worlds start new episodes: delays and push times are drawn
+        anew from their streams.
+        """
+        n = self.num_envs
+        if mask is not None:
+            mask = checks.bool_vector(mask, "mask", (n, n + 1))
+        update_fk = _flag(update_fk, "update_fk")
+        eng = self._eng
+        model, state = _restore(
+            eng.config,
+            eng.model,
+            eng.default_model,
+            eng.ref,
+            eng.state,
+            eng.default,
+            mask,
+            None,
+            update_fk,
+        )
+        self._eng = eng.replace(model=model, state=state)
+
+    def reset_all(self, update_fk: bool = True) -> None:
+        """Restores every world and every shared leaf; the RNG keeps advancing."""
+        self.reset(None, update_fk)
+
+    def reset_envs(self, env_ids: Any, update_fk: bool = True) -> None:
+        """Restores the world-indexed leaves of ``env_ids``; shared leaves untouched."""
+        self.reset(checks.ids_mask(env_ids, self.num_envs), update_fk)
+
+    # --- MuJoCo state vectors -----------------------------------------------------------
+
+    def get_state(
+        self, spec: Any = mujoco.mjtState.mjSTATE_FULLPHYSICS, env_ids: Any = None
+    ) -> np.ndarray:
+        """Each world's MuJoCo state vector, as ``mujoco.mj_getState`` gives it.
+
+        Args:
+          spec: a ``mujoco.mjtState`` (``mjSTATE_PHYSICS``, ``mjSTATE_FULLPHYSICS``,
+            ``mjSTATE_QPOS``, ...) or an int bitmask of them.
+          env_ids: None (every world) or unique world indices.
+
+        Returns:
+          NumPy ``(num_envs, mj_stateSize(m, spec))``, or ``(len(env_ids), ...)``
+          rows in the order given. ``mjSTATE_CTRL`` reads the controls set with
+          :meth:`set_actions` (the command, before any latency).
+        """
+        spec = engine.state_spec(self._mj_model, spec)
+        ids = None if env_ids is None else checks.env_ids(env_ids, self.num_envs)
+        eng = self._eng
+        out = host_copy(_get_state(eng.config, eng.model, eng.state, spec))
+        return out if ids is None else out[ids]
+
+    def set_state(
+        self,
+        states: Any,
+        env_ids: Any = None,
+        spec: Any = mujoco.mjtState.mjSTATE_FULLPHYSICS,
+        update_fk: bool = True,
+    ) -> None:
+        """Sets worlds from MuJoCo state vectors (``mujoco.mj_setState``'s layout).
+
+        Args:
+          states: ``(num_envs, size)`` with ``env_ids=None``, else
+            ``(len(env_ids), size)``, ``size = mj_stateSize(m, spec)``: finite
+            numbers, e.g. rows of :meth:`get_state` or of native ``mj_getState``.
+          env_ids: None (every world) or unique world indices.
+          spec: as in :meth:`get_state`.
+          update_fk: recompute those worlds' kinematics from the new ``qpos``
+            (``mj_setState`` does not; quaternions come back normalized).
+
+        ``mjSTATE_CTRL`` also sets the controls. Counters, flags, latency queues and
+        push timers are not part of a MuJoCo state and are left as they are.
+        """
+        spec = engine.state_spec(self._mj_model, spec)
+        update_fk = _flag(update_fk, "update_fk")
+        n = self.num_envs
+        ids = np.arange(n) if env_ids is None else checks.env_ids(env_ids, n)
+        size = mujoco.mj_stateSize(self._mj_model, spec)
+        values = checks.finite_array(states, "states", (len(ids), size), backend.float_dtype())
+        full = np.zeros((n, size), values.dtype)
+        full[ids] = values
+        mask = np.zeros((n,), bool)
+        mask[ids] = True
+        eng = self._eng
+        state = _set_state(eng.config, eng.model, eng.state, full, mask, spec, update_fk)
+        self._eng = eng.replace(state=state)
+
+    def build_default(self) -> None:
+        """Makes the current state and model the snapshot that resets restore."""
+        eng = self._eng
+        self._eng = eng.replace(default=jax.jit(engine.cleared)(eng.state), default_model=eng.model)
+
+    # --- checkpoints (the file: mjxrunner.doors.runner_io) --------------------------
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the whole runner to ``path`` atomically (see :mod:`.runner_io`)."""
+        runner_io.save(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, **kwargs: Any) -> MultiEnvRunner:
+        """A runner rebuilt from a checkpoint; it continues the saved run bit for bit.
+
+        Keyword arguments as :func:`mjxrunner.doors.runner_io.load_runner`
+        (``num_envs``, ``model``, ``impl``, ``device``, ``devices``,
+        ``user_template``, ``guards``).
+        """
+        runner, eng, origins, layout_name = runner_io.load_runner(path, runner_cls=cls, **kwargs)
+        runner._set_engine(eng)
+        runner._origins, runner._layout = origins, layout_name
+        return runner
+
+    def restore(self, path: str | os.PathLike, *, user_template: Any = None) -> None:
+        """Replaces this runner's whole state by a checkpoint's, in place.
+
+        The checkpoint must hold the same ``num_envs``, impl and a model of the same
+        structure; otherwise ``CheckpointError`` is raised and nothing changes. The
+        runner keeps its device, mesh and extra guards.
+        """
+        standard = {g.name for g in guards_.standard()}
+        new = type(self).load(
+            path,
+            num_envs=self.num_envs,
+            model=self._mj_model,
+            impl=self.impl,
+            device=self.device,
+            devices=self.mesh,
+            user_template=user_template,
+            guards=tuple(g for g in self.guards if g.name not in standard),
+        )
+        self.__dict__.update(new.__dict__)
+
+    # --- per-world parameters and randomization ------------------------------------
+
+    def param(self, path: str) -> np.ndarray:
+        """NumPy copy of model field ``path``: core shape, or ``(num_envs, *core)``."""
+        return host_copy(params.get_leaf(self.model, path))
+
+    def set_param(self, path: str, values: Any, env_ids: Any = None) -> None:
+        """Sets a model field for all worlds, or per world.
+
+        Args:
+          path: an ``mjx.Model`` array field, e.g. ``"opt.gravity"``, ``"body_mass"``,
+            ``"geom_friction"``, ``"dof_damping"``, ``"actuator_gainprm"``,
+            ``"opt.timestep"``. Static (structural) fields are refused.
+          values: with ``env_ids=None``, the field's core shape (shared by all worlds:
+            demotes a per-world field) or ``(num_envs, *core)`` (one value per world:
+            promotes it). With ``env_ids``, ``(len(env_ids), *core)`` or the core shape
+            (the same value for each of those worlds); the other worlds keep theirs.
+          env_ids: None or unique world indices.
+
+        Changing the shape signature (promotion, demotion) recompiles the step once;
+        changing values never recompiles. Mass, inertia and armature changes also
+        rebuild the constants MuJoCo derives from them (see ``mjxrunner.params``).
+        """
+        new = params.new_values(self.model, path, values, env_ids, self.num_envs)
+        self._write_params({path: new})
+
+    def _write_params(self, updates: dict[str, np.ndarray]) -> None:
+        eng = self._eng
+        model, ref = engine.write_params(eng.config, eng.model, eng.ref, self._mj_model, updates)
+        self._eng = eng.replace(model=model, ref=ref)
+
+    def update_model(self, source: mujoco.MjModel | None = None, *, fields: Any = None) -> None:
+        """Copies new parameter values to the device model: the one way host edits
+        reach it.
+
+        Args:
+          source: a host ``MjModel`` of the same structure (e.g. ``runner.mj_model``
+            after editing it). Its derived constants are recomputed
+            (``mj_setConst``) on a copy first; every device field becomes shared
+            again, per-world values included.
+          fields: or a mapping ``{path: value}`` of core-shaped values for all worlds,
+            applied together (``"opt.gravity"``, ``"body_mass"``, ...).
+
+        A structural change (sizes, static fields such as joint types or geom types)
+        raises ``ValueError``: build a new runner. The default snapshot is not
+        changed: call :meth:`build_default` to make the update survive resets.
+        """
+        if (source is None) == (fields is None):
+            raise TypeError("update_model takes either a host MjModel or fields={path: value}")
+        if fields is not None:
+            self._write_params(params.field_values(self.model, fields))
+            return
+        if not isinstance(source, mujoco.MjModel):
+            raise TypeError(f"source must be a mujoco.MjModel, got {type(source).__name__}")
+        host = copy.copy(source)
+        mujoco.mj_setConst(host, mujoco.MjData(host))
+        eng = self._eng
+        try:
+            b = backend.Backend.make(host, self.num_envs, **eng.config.backend.options)
+            new = self._put(FlatModel.of(b.put_model(host)))
+        except ValueError as e:
+            raise ValueError(f"update_model: {e}") from e
+        if engine.structure(new) != engine.structure(eng.default_model):
+            raise ValueError(
+                "update_model: the host model differs in structure (sizes or static "
+                "fields such as joint, geom or actuator types), which is compiled into "
+                "the step; build a new MultiEnvRunner for it"
+            )
+        self._mj_model = host
+        # The mass constants' reference follows the new host model.
+        ref = None if eng.ref is None else params.Reference.build(host, self.device)
+        self._eng = eng.replace(model=new, ref=ref)
+
+    def set_gravity(self, gravity: Any, world: int | None = None) -> None:
+        """Sets gravity ``(3,)`` for every world (shared) or for world ``world`` only.
+
+        Setting one world promotes gravity to per-world; setting all demotes it.
+        """
+        g = checks.finite_array(gravity, "gravity", (3,), backend.float_dtype())
+        if np.linalg.norm(g) > 1e3:
+            raise ValueError(f"gravity must have norm <= 1000 m/s^2, got {np.linalg.norm(g):.3g}")
+        if world is None:
+            self.set_param("opt.gravity", g)
+        else:
+            world = checks.env_id(world, self.num_envs, "world (env_ids)")
+            self.set_param("opt.gravity", g[None], env_ids=[world])
+
+    def set_randomization(
+        self, terms: Any, *, on_reset: bool = True, every_n_steps: int = 0, at_startup: bool = True
+    ) -> None:
+        """Declares randomized parameters (``mjxrunner.params.Term``).
+
+        Args:
+          terms: a sequence of ``Term``; empty clears randomization.
+          on_reset: redraw the parameters of the worlds a reset selects.
+          every_n_steps: if > 0, redraw a world's parameters every that many steps
+            of its episode, inside the compiled step.
+          at_startup: redraw every world now.
+
+        Each draw starts from the default model (``build_default`` moves it), so
+        values never drift. Recompiles the step and reset once.
+        """
+        eng = self._eng
+        rand = params.check_randomization(eng.default_model.tree, terms, on_reset, every_n_steps)
+        if not isinstance(at_startup, bool):
+            raise TypeError("on_reset and at_startup must be bools")
+        paths = {t.path for t in rand.terms} if rand else set()
+        ref = engine.with_ref(eng.config, eng.ref, self._mj_model, paths)
+        self._eng = eng.replace(config=eng.config.replace(randomization=rand), ref=ref)
+        if rand is not None and at_startup:
+            self.randomize()
+
+    def set_latency(self, latency: Any) -> None:
+        """Sets the action latency (see :class:`mjxrunner.engine.events.Latency`).
+
+        Args:
+          latency: a ``Latency``, an int (a fixed delay in control steps) or None
+            (off: no queue, the step without latency).
+
+        Every world draws its delay now, as on a reset, and its queue holds its
+        current control. Changes the state's structure: compiles the step once.
+        """
+        self._set_engine(engine.with_events(self._eng, latency, self.pushes, self._mj_model))
+
+    def set_pushes(self, pushes: Any) -> None:
+        """Sets the random pushes (see :class:`mjxrunner.engine.events.Pushes`; None: off).
+
+        Every world draws the steps to its first push now, as on a reset. Pushes
+        compose with randomization terms, latency and resets. Compiles the step once.
+        """
+        self._set_engine(engine.with_events(self._eng, self.latency, pushes, self._mj_model))
+
+    def randomize(self, env_ids: Any = None) -> None:
+        """Redraws the declared randomized parameters of all worlds or of ``env_ids``."""
+        eng = self._eng
+        if eng.config.randomization is None:
+            raise ValueError("no randomization declared: call set_randomization(terms) first")
+        mask = checks.ids_mask(env_ids, self.num_envs)
+        model, state = _redraw(eng.config, eng.model, eng.default_model, eng.ref, eng.state, mask)
+        self._eng = eng.replace(model=model, state=state)
+
+    # --- user state -----------------------------------------------------------------
+
+    @property
+    def user_state(self) -> Any:
+        """The user's pytree attached with :meth:`set_user_state` (None if none)."""
+        return self.state.user
+
+    def set_user_state(self, tree: Any) -> None:
+        """Attaches a pytree of the user's own to every world's state.
+
+        Leaves of dataclasses declared with ``world_field(core_ndim)`` are per world
+        when they carry the extra leading ``num_envs`` axis; undeclared leaves (plain
+        dicts of arrays) are shared. It follows resets by the world-axis rule and
+        becomes part of the default snapshot now.
+        """
+        tree = self._put(tree)
+        for leaf, is_world in zip(
+            jax.tree.leaves(tree), jax.tree.leaves(world_mask(tree)), strict=True
+        ):
+            if is_world and leaf.shape[0] != self.num_envs:
+                raise ValueError(
+                    f"a per-world user leaf must lead with num_envs={self.num_envs}, "
+                    f"got shape {leaf.shape}"
+                )
+        eng = self._eng
+        state = eng.state.replace(user=tree)
+        self._set_engine(eng.replace(state=state, default=eng.default.replace(user=_copy(tree))))
+
+    # --- rendering (mjxrunner.kit.render; copies one world to the host, never the batch) ---
+
+    def render(
+        self, world: int = 0, camera: Any = None, width: int = 320, height: int = 240
+    ) -> np.ndarray:
+        """``(height, width, 3)`` uint8 picture of one world; see :func:`render.render`."""
+        from mjxrunner.kit import render
+
+        return render.render(self, world, camera, width, height)
+
+    @classmethod
+    def from_groups(cls, groups: Any, **kwargs: Any) -> Any:
+        """A :class:`~mjxrunner.doors.group_runner.GroupRunner`: worlds of several scenes
+        (groups of one structure each) stepped together behind one world index.
+
+        ``groups`` is a sequence of ``(model, num_envs)`` or ``(model, num_envs,
+        options)``; keyword arguments (``impl``, ``seed``, ``devices``, ...) apply to
+        every group. Example::
+
+            runner = MultiEnvRunner.from_groups([("puck", 512), ("puck_blocks", 512)])
+        """
+        return _GROUPS["runner"](groups, **kwargs)
+
+    def render_video(self, worlds: Any = (0,), n_steps: int = 100, **kwargs: Any) -> np.ndarray:
+        """Steps and films worlds side by side; see :func:`render.render_video`."""
+        from mjxrunner.kit import render
+
+        return render.render_video(self, worlds, n_steps, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"MultiEnvRunner({self._mj_model.nq} dof model, num_envs={self.num_envs}, "
+            f"impl={self.impl!r}, device={self.device})"
+        )

@@ -1,0 +1,30 @@
+"""The engine: many worlds of one MuJoCo model as one pytree, and pure functions over it.
+
+Owns the world-axis rule (:mod:`.worlds`), the batched state (:mod:`.state`), the
+backends and their capacities (:mod:`.backend`), the physics step and masked resets
+(:mod:`.core` for one device's worlds, :mod:`.batch` for an :class:`Engine` over its
+mesh), guards and health, per-world parameters and randomization (:mod:`.params`),
+action latency and pushes (:mod:`.events`), sharding, the model registry
+(:mod:`.models`), heterogeneous-world bookkeeping (:mod:`.groups`), input checks
+(:mod:`.checks`), the checkpoint file format (:mod:`.archive`) and the CPU patches
+(:mod:`.cpu_linalg`, :mod:`.cpu_fusion`).
+
+May import: JAX, MuJoCo, MJX, NumPy, and modules of this subpackage only.
+
+The functions of :mod:`.batch` (``configure``, ``build``, ``step``, ``reset``,
+``rollout``, ...) are re-exported here, so ``mjxrunner.engine.step(eng)`` reads as
+it always did.
+"""
+
+from mjxrunner.engine import cpu_fusion, cpu_linalg
+
+# Before anything compiles: jaxlib 0.10's batched LAPACK calls can deadlock XLA's
+# CPU thread pool inside an MJX step (see cpu_linalg), and XLA:CPU's fusion
+# emitters make deep kinematic trees cost exponentially (see cpu_fusion).
+cpu_linalg.install()
+cpu_fusion.install()
+
+from mjxrunner.engine.batch import *  # noqa: E402, F403 - the engine's functions
+from mjxrunner.engine.batch import __all__ as _batch_all  # noqa: E402
+
+__all__ = ["cpu_fusion", "cpu_linalg", *_batch_all]

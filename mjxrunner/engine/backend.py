@@ -1,0 +1,496 @@
+"""Choice of implementation and device, model checks, and compile counting."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from importlib import metadata
+from typing import Any
+
+import jax
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+from mjxrunner.engine import checks, cpu_fusion, cpu_linalg
+from mjxrunner.engine.errors import CapacityOverflowError, CapacityWarning  # noqa: F401 - public here
+
+IMPLS = ("jax", "warp")
+
+
+def check_impl(impl: Any) -> str:
+    """Validates ``impl``: MJX is always told explicitly which one to use."""
+    if not isinstance(impl, str):
+        raise TypeError(f"impl must be the str 'jax' or 'warp', got {type(impl).__name__}")
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be 'jax' or 'warp', got {impl!r}")
+    return impl
+
+
+def resolve_device(device: Any) -> jax.Device:
+    """A JAX device from None (the default), a ``jax.Device`` or a platform name.
+
+    Platform names are ``"cpu"``, ``"gpu"``/``"cuda"``, optionally with an index
+    (``"cuda:1"``).
+    """
+    if device is None:  # this process's first device (all of them in one process)
+        return jax.local_devices()[0]
+    if isinstance(device, jax.Device):
+        if device not in jax.devices(device.platform):
+            raise ValueError(f"device {device} is not one of this process's devices")
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"device must be None, a jax.Device or a str, got {type(device).__name__}")
+    platform, _, index = device.partition(":")
+    platform = {"cuda": "gpu"}.get(platform, platform)
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as e:
+        raise ValueError(f"no {platform!r} devices here ({e})") from None
+    i = int(index) if index.isdigit() else 0 if not index else -1
+    if not 0 <= i < len(devices):
+        raise ValueError(f"device {device!r}: there are {len(devices)} {platform} devices")
+    return devices[i]
+
+
+def check_supported(m: mujoco.MjModel, impl: str) -> None:
+    """Refuses models MJX cannot run, naming the feature and the way out."""
+    if m.opt.enableflags & mujoco.mjtEnableBit.mjENBL_ENERGY:
+        raise ValueError(
+            "the model enables energy computation (<flag energy='enable'/>), which MJX "
+            "does not support; remove the flag or set energy='disable'"
+        )
+    if impl == "jax" and m.nflex:
+        raise ValueError(
+            f"the model has {m.nflex} flex object(s), which impl 'jax' cannot simulate; "
+            "use impl='warp' or remove the flex"
+        )
+
+
+GRAPH_MODES = ("none", "jax", "warp", "warp_staged", "warp_staged_ex")
+
+
+def default_graph_mode(device: jax.Device) -> str:
+    """Warp's CUDA-graph capture mode: ``"warp"`` on CUDA, ``"jax"`` elsewhere (MJX's
+    own choice: Warp graphs need a CUDA device)."""
+    return "warp" if device.platform == "gpu" else "jax"
+
+
+def check_graph_mode(graph_mode: Any, device: jax.Device) -> str:
+    if graph_mode is None:
+        return default_graph_mode(device)
+    if not isinstance(graph_mode, str) or graph_mode.lower() not in GRAPH_MODES:
+        raise ValueError(f"graph_mode must be None or one of {GRAPH_MODES}, got {graph_mode!r}")
+    return graph_mode.lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class Capacities:
+    """Warp buffer sizes (ignored by impl ``"jax"``, whose buffers are exact).
+
+    Attributes:
+      naconmax: contact pool shared by all worlds together.
+      njmax: constraint rows per world.
+      naccdmax: convex-collision (CCD) contact pool for all worlds, <= naconmax.
+      nvmax: active DOFs per world (island compaction); None means nv.
+    """
+
+    naconmax: int
+    njmax: int
+    naccdmax: int
+    nvmax: int | None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return dataclasses.asdict(self)
+
+
+def contacts_per_world(m: mujoco.MjModel) -> int:
+    """Default contact budget of one world: 4 per collidable geom, plus 8.
+
+    A box resting on a plane makes 4 contacts; few geoms touch several others at
+    once, so 4 per geom covers typical scenes with room to spare.
+    """
+    if m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_CONTACT:
+        return 0
+    collidable = int(np.sum((m.geom_contype != 0) | (m.geom_conaffinity != 0)))
+    return 4 * collidable + 8 * (collidable > 0) + 4 * m.npair
+
+
+def rows_per_world(m: mujoco.MjModel, ncon: int) -> int:
+    """Default constraint rows of one world for ``ncon`` contacts, rounded up to 8.
+
+    Equality rows (6 per weld, 3 per connect, 1 otherwise), one per friction-loss
+    DOF, one per limited joint, and per contact ``2 (condim - 1)`` rows (pyramidal
+    cones) or ``condim`` (elliptic), with the model's largest condim.
+    """
+    eq_rows = {mujoco.mjtEq.mjEQ_WELD: 6, mujoco.mjtEq.mjEQ_CONNECT: 3}
+    ne = sum(eq_rows.get(int(t), 1) for t in m.eq_type)
+    nf = int(np.sum(m.dof_frictionloss > 0)) + int(np.sum(m.tendon_frictionloss > 0))
+    nl = int(np.sum(m.jnt_limited)) + int(np.sum(m.tendon_limited))
+    condim = int(max([1, *m.geom_condim, *m.pair_dim]))
+    elliptic = m.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC
+    per_contact = condim if elliptic else max(1, 2 * (condim - 1))
+    rows = ne + nf + nl + ncon * per_contact
+    return max(8, -(-rows // 8) * 8)
+
+
+def capacities(
+    m: mujoco.MjModel,
+    num_envs: int,
+    naconmax: Any = None,
+    njmax: Any = None,
+    naccdmax: Any = None,
+    nvmax: Any = None,
+) -> Capacities:
+    """Validated Warp capacities, with defaults that scale with the model and batch.
+
+    Defaults: ``naconmax = contacts_per_world(m) * num_envs`` (at least 8),
+    ``njmax = rows_per_world(m, contacts_per_world(m))``, ``naccdmax = naconmax``,
+    ``nvmax = nv``.
+    """
+    from mjxrunner.engine import checks
+
+    per_world = contacts_per_world(m)
+    naconmax = (
+        max(8, per_world * num_envs) if naconmax is None else checks.count(naconmax, "naconmax")
+    )
+    njmax = rows_per_world(m, per_world) if njmax is None else checks.count(njmax, "njmax")
+    naccdmax = naconmax if naccdmax is None else checks.count(naccdmax, "naccdmax", minimum=0)
+    if naccdmax > naconmax:
+        raise ValueError(f"naccdmax ({naccdmax}) must be <= naconmax ({naconmax})")
+    if nvmax is not None:
+        nvmax = checks.count(nvmax, "nvmax")
+        if nvmax > m.nv:
+            raise ValueError(f"nvmax must lie in [1, nv={m.nv}], got {nvmax}")
+    return Capacities(naconmax, njmax, naccdmax, nvmax)
+
+
+def put_model(
+    m: mujoco.MjModel, impl: str, device: jax.Device, graph_mode: str | None = None
+) -> mjx.Model:
+    """``mjx.put_model`` with ``impl`` explicit and MJX's refusals made readable."""
+    kwargs = {}
+    if impl == "warp":
+        import warp as wp
+
+        kwargs["graph_mode"] = getattr(wp.JaxCallableGraphMode, graph_mode.upper())
+    try:
+        model = mjx.put_model(m, impl=impl, device=device, **kwargs)
+    except NotImplementedError as e:
+        raise ValueError(
+            f"MJX impl {impl!r} cannot run this model: {e}. Change the model, or try "
+            "the other impl."
+        ) from e
+    if impl == "warp":
+        # The runner reads Warp's overflow flags and applies its policy; Warp's own
+        # printf would only repeat that on stdout, unseen by the caller's code.
+        model = model.tree_replace({"opt._impl.warn_overflow": 0})
+    return model
+
+
+def put_data(
+    m: mujoco.MjModel,
+    d: mujoco.MjData,
+    impl: str,
+    device: jax.Device,
+    caps: Capacities | None = None,
+) -> mjx.Data:
+    """One world's ``mjx.Data`` from a host ``MjData``, ``impl`` explicit."""
+    kwargs = {} if impl == "jax" or caps is None else caps.as_dict()
+    return mjx.put_data(m, d, impl=impl, device=device, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """How the worlds are simulated, chosen once: MJX impl, device, Warp settings.
+
+    Everything that differs between impl "jax" and impl "warp" lives here, so the
+    engine, the runner, the env, the benchmarks and checkpoints never branch on the
+    impl. Frozen and hashable: it is static configuration of compiled functions.
+
+    Attributes:
+      impl: ``"jax"`` or ``"warp"``, always passed to MJX.
+      device: the JAX device that holds the worlds (the first one when sharded).
+      graph_mode: Warp's graph-capture mode (None for impl "jax").
+      caps: Warp buffer sizes (None for impl "jax", whose buffers are exact).
+    """
+
+    impl: str
+    device: jax.Device
+    graph_mode: str | None = None
+    caps: Capacities | None = None
+
+    @classmethod
+    def make(
+        cls,
+        m: mujoco.MjModel,
+        num_envs: int,
+        impl: str = "jax",
+        device: Any = None,
+        graph_mode: str | None = None,
+        naconmax: Any = None,
+        njmax: Any = None,
+        naccdmax: Any = None,
+        nvmax: Any = None,
+    ) -> Backend:
+        """Validates the choice for model ``m`` and ``num_envs`` worlds.
+
+        The Warp options are ignored by impl "jax"; see :func:`capacities` for their
+        defaults. A model MJX cannot run is refused here, naming the feature.
+        """
+        impl = check_impl(impl)
+        device = resolve_device(device)
+        check_supported(m, impl)
+        if impl == "jax":
+            return cls(impl, device)
+        return cls(
+            impl,
+            device,
+            check_graph_mode(graph_mode, device),
+            capacities(m, num_envs, naconmax, njmax, naccdmax, nvmax),
+        )
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of :meth:`make` that rebuild this backend's choice."""
+        caps = {} if self.caps is None else self.caps.as_dict()
+        return {"impl": self.impl, "graph_mode": self.graph_mode, **caps}
+
+    def put_model(self, m: mujoco.MjModel) -> mjx.Model:
+        """The device model of ``m`` (see :func:`put_model`)."""
+        return put_model(m, self.impl, self.device, self.graph_mode)
+
+    def put_data(self, m: mujoco.MjModel, d: mujoco.MjData) -> mjx.Data:
+        """One world's device data from host ``d`` (see :func:`put_data`)."""
+        return put_data(m, d, self.impl, self.device, self.caps)
+
+    def info(self) -> dict[str, Any]:
+        """The backend identity to record with every result (:func:`backend_info`)."""
+        return backend_info(self.impl, self.device, self.graph_mode, self.caps)
+
+    def describe_overflow(self, bits: np.ndarray) -> str:
+        """A message naming overflowing worlds and the option to raise."""
+        return describe_overflow(bits, self.caps)
+
+
+def overflow_bits(data: mjx.Data) -> jax.Array:
+    """``(num_envs,)`` int32: the Warp capacity bits batched ``data`` holds (bits of
+    buffers too small; solver iteration limits left out). Zeros for impl "jax",
+    whose buffers are exact."""
+    flags = getattr(data._impl, "overflow", None)
+    if flags is None:
+        return jax.numpy.zeros(data.qpos.shape[:1], jax.numpy.int32)
+    return (flags & capacity_bits()).astype(jax.numpy.int32)
+
+
+def clear_overflow(data: mjx.Data) -> mjx.Data:
+    """``data`` with Warp's overflow flags zeroed: Warp ORs flags in, so a step that
+    starts from cleared flags reports only its own overflow."""
+    flags = getattr(data._impl, "overflow", None)
+    if flags is None:
+        return data
+    return data.tree_replace({"_impl.overflow": jax.numpy.zeros_like(flags)})
+
+
+def capacity_bits() -> int:
+    """The Warp overflow bits that mean a buffer was too small.
+
+    Solver iteration-limit bits are left out: they report convergence, not lost
+    contacts or constraints.
+    """
+    from mujoco.mjx.third_party.mujoco_warp._src.types import OverflowType
+
+    return int(OverflowType.ALL & ~(OverflowType.ITERATIONS | OverflowType.LS_ITERATIONS))
+
+
+def contact_count(data: mjx.Data) -> jax.Array:
+    """``(num_envs,)`` int32: contacts per world that enter the constraint solver.
+
+    impl "jax" keeps one slot per candidate pair and marks the active ones by
+    ``dist < includemargin``; impl "warp" keeps a pool of ``nacon`` contacts for
+    all worlds, each tagged with its world.
+    """
+    jnp = jax.numpy
+    num_envs = data.qpos.shape[0]
+    impl = data._impl
+    if hasattr(impl, "contact__worldid"):
+        active = (jnp.arange(impl.contact__worldid.shape[0]) < impl.nacon[0]) & (
+            impl.contact__dist < impl.contact__includemargin
+        )
+        world = jnp.where(active, impl.contact__worldid, num_envs)
+        return jnp.bincount(world, length=num_envs + 1)[:num_envs].astype(jnp.int32)
+    contact = impl.contact
+    if contact.dist.shape[-1] == 0:
+        return jnp.zeros((num_envs,), jnp.int32)
+    return jnp.sum(contact.dist < contact.includemargin, axis=-1).astype(jnp.int32)
+
+
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+def force_host_devices(n: Any) -> None:
+    """Makes the CPU platform show ``n`` devices, so sharding can be run on one host.
+
+    XLA reads the flag when JAX starts its backends, so this must come first; once
+    they run, it only checks that the CPU already has ``n`` devices.
+
+    Raises:
+      ValueError: JAX's backends are up with another number of CPU devices.
+    """
+    from jax._src import xla_bridge
+
+    n = checks.count(n, "host devices")
+    if xla_bridge.backends_are_initialized():
+        have = len(jax.devices("cpu"))
+        if have != n:
+            raise ValueError(
+                f"JAX already runs with {have} CPU device(s); {n} host devices must be "
+                f"asked for before JAX starts (XLA_FLAGS={HOST_DEVICES_FLAG}={n})"
+            )
+        return
+    kept = [
+        f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(HOST_DEVICES_FLAG)
+    ]
+    os.environ["XLA_FLAGS"] = " ".join([*kept, f"{HOST_DEVICES_FLAG}={n}"])
+
+
+def float_dtype() -> np.dtype:
+    """The float dtype MJX uses for the data (float64 only with ``jax_enable_x64``)."""
+    return np.dtype(np.float64 if jax.config.jax_enable_x64 else np.float32)
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the packages that decide the numbers."""
+    out = {}
+    for pkg in ("mujoco", "mujoco-mjx", "jax", "jaxlib", "warp-lang"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def backend_info(
+    impl: str | None = None,
+    device: jax.Device | None = None,
+    graph_mode: str | None = None,
+    caps: Capacities | None = None,
+) -> dict[str, Any]:
+    """The backend identity to record beside every result.
+
+    Versions of mujoco, mujoco-mjx, jax, jaxlib and warp-lang; impl; Warp graph mode
+    and capacities (None for impl ``"jax"``); device platform, kind and count;
+    ``jax_enable_x64`` and the dtype of ``qpos`` (Warp always runs float32).
+    """
+    device = device or jax.devices()[0]
+    return {
+        "versions": versions(),
+        "impl": impl,
+        "graph_mode": graph_mode,
+        "capacities": None if caps is None else caps.as_dict(),
+        "platform": device.platform,
+        "device_kind": device.device_kind,
+        "device_count": jax.device_count(),
+        "process_count": jax.process_count(),
+        "jax_enable_x64": bool(jax.config.jax_enable_x64),
+        "qpos_dtype": "float32" if impl == "warp" else float_dtype().name,
+        # How small Cholesky/triangular solves run on CPU (see mjxrunner.engine.cpu_linalg).
+        "cpu_linalg": "xla" if cpu_linalg.installed() else "lapack",
+        # Whether XLA:CPU's fusion emitters are off (see mjxrunner.engine.cpu_fusion).
+        "cpu_fusion_emitters": not cpu_fusion.active(),
+    }
+
+
+def describe_backend(info: dict[str, Any]) -> str:
+    """One line naming impl, device, dtype settings and package versions."""
+    versions = " ".join(f"{k} {v}" for k, v in info["versions"].items())
+    return (
+        f"impl={info['impl']} device={info['platform']}:{info['device_kind']} "
+        f"x{info['device_count']} x64={info['jax_enable_x64']} qpos={info['qpos_dtype']}"
+        + (f" linalg={info['cpu_linalg']}" if info.get("cpu_linalg") else "")
+        + (" fusion_emitters=off" if info.get("cpu_fusion_emitters") is False else "")
+        + f" | {versions}"
+    )
+
+
+# Which constructor option raises the capacity behind each Warp overflow bit.
+_OVERFLOW_FIX = {
+    "NEFC": "njmax",
+    "NJMAX_NNZ": "njmax",
+    "BROADPHASE": "naconmax",
+    "NARROWPHASE": "naconmax",
+    "CCD": "naccdmax",
+    "NVMAX": "nvmax",
+}
+
+
+def overflow_names(bits: int) -> list[str]:
+    """Names of the Warp ``OverflowType`` flags set in ``bits``."""
+    from mujoco.mjx.third_party.mujoco_warp._src.types import OverflowType
+
+    return [f.name for f in OverflowType if f.name != "ALL" and f.value and bits & f.value]
+
+
+def describe_overflow(bits: np.ndarray, caps: Capacities | None) -> str:
+    """A message naming the overflowing worlds, the buffers and the option to raise."""
+    worlds = np.flatnonzero(bits)
+    names = sorted({n for b in bits[worlds] for n in overflow_names(int(b))})
+    fixes = []
+    for name in names:
+        option = _OVERFLOW_FIX.get(name)
+        if option:
+            now = None if caps is None else getattr(caps, option)
+            fixes.append(f"{name}: raise {option} (now {now})")
+        else:
+            fixes.append(name)
+    shown = worlds[:10].tolist() + (["..."] if len(worlds) > 10 else [])
+    return (
+        f"Warp capacity overflow in {len(worlds)} world(s) {shown}: {'; '.join(fixes)}. "
+        "Contacts or constraints were dropped in those worlds this step."
+    )
+
+
+class CompileCounter:
+    """Counts XLA executables built while the context is open.
+
+    JAX records a backend-compile event for every executable it builds, also when
+    the persistent cache supplies it (a hit still means the in-memory jit cache
+    missed), so both count once. Use it to check that a loop causes zero recompilations::
+
+        with CompileCounter() as c:
+            runner.step()
+        assert c.count == 0
+    """
+
+    _lock = threading.Lock()
+    _total = 0
+    _installed = False
+
+    @classmethod
+    def _listen(cls, event: str, *args: Any, **kwargs: Any) -> None:
+        if "backend_compile" in event:
+            with cls._lock:
+                cls._total += 1
+
+    @classmethod
+    def _install(cls) -> None:
+        with cls._lock:
+            if cls._installed:
+                return
+            jax.monitoring.register_event_duration_secs_listener(cls._listen)
+            cls._installed = True
+
+    def __enter__(self) -> CompileCounter:
+        self._install()
+        self._start = CompileCounter._total
+        self._end: int | None = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._end = CompileCounter._total
+
+    @property
+    def count(self) -> int:
+        end = CompileCounter._total if self._end is None else self._end
+        return end - self._start

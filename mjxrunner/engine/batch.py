@@ -1,0 +1,758 @@
+"""The engine: one pytree for a batch of worlds, and the pure functions over it.
+
+Every front door is a thin layer over this module: :class:`~mjxrunner.MultiEnvRunner`
+holds an :class:`Engine` and swaps buffers, :mod:`mjxrunner.env` adds a task and
+autoreset, the Gymnasium adapter adds NumPy. A capability written here (impl
+"warp", sharding, per-world parameters, randomization, guards) works through all
+of them.
+
+An :class:`Engine` is a pytree: its :class:`Config` (backend, number of worlds,
+guards, randomization terms, mesh) is static treedef metadata, so it can be an
+argument of a user's ``jit``; models are :class:`~mjxrunner.engine.worlds.FlatModel`
+(leaves plus an interned treedef), the convention for every model the engine holds.
+
+The functions come in two layers:
+
+* ``*_local`` functions work on the worlds they are given: one device's slice
+  under ``shard_map``, or every world. They compose (the env calls them inside its
+  own step) and never shard themselves.
+* :func:`step`, :func:`reset`, :func:`rollout`, :func:`randomize` take an
+  :class:`Engine` and run the local functions over the config's mesh.
+
+Action latency and pushes (:mod:`mjxrunner.engine.events`) act inside the step, and a
+restored world starts a new episode (:func:`begin_local`: its events are drawn
+anew, its kinematics recomputed on request); :func:`get_state`/:func:`set_state`
+read and write MuJoCo's ``mjtState`` vectors world by world.
+
+``reset`` takes a *source of fresh worlds*: the engine's default snapshot (what
+the runner restores), or any ``RunnerState`` of the same structure (the env's draws
+from a task's ``initial_state``, a reset pool), always applied through
+:func:`mjxrunner.engine.worlds.select_worlds`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+from mujoco import mjx
+
+from mjxrunner.engine import backend as backend_
+from mjxrunner.engine import core, events, guards, health, params, sharding
+from mjxrunner.engine import guards as guards_  # configure's ``guards`` argument shadows it
+from mjxrunner.engine.sharding import AXIS, on_worlds, specs
+from mjxrunner.engine.state import RunnerState
+from mjxrunner.engine.worlds import (
+    FlatModel,
+    pytree_dataclass,
+    select_worlds,
+    static_field,
+    tree_of,
+    world_axes,
+)
+
+Randomization = params.Randomization
+
+__all__ = [
+    "Config",
+    "Engine",
+    "Randomization",
+    "advance",
+    "attach_events",
+    "begin",
+    "begin_local",
+    "build",
+    "check_guards",
+    "cleared",
+    "collide_flags",
+    "configure",
+    "contact_count",
+    "forward_kinematics",
+    "get_state",
+    "get_state_local",
+    "has_events",
+    "place",
+    "put",
+    "randomize",
+    "randomize_local",
+    "redraw",
+    "reset",
+    "reset_local",
+    "restore",
+    "roll",
+    "rollout",
+    "set_state",
+    "set_state_local",
+    "split_rng",
+    "state_spec",
+    "step",
+    "step_local",
+    "structure",
+    "with_events",
+    "with_ref",
+    "write_params",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What is fixed for a batch of worlds: static metadata of the engine pytree.
+
+    Attributes:
+      backend: impl, device, Warp graph mode and capacities.
+      num_envs: number of worlds (all devices together).
+      nu: number of actuators.
+      guards: the per-world checks after every step (:mod:`mjxrunner.engine.guards`).
+      randomization: None, or the randomized parameters.
+      mesh: None (one device) or the 1-D ``"worlds"`` mesh the worlds are split over.
+      latency: None, or the action latency (:class:`mjxrunner.engine.events.Latency`).
+      pushes: None, or the random pushes, resolved on the model
+        (:class:`mjxrunner.engine.events.PushPlan`).
+      collisions: False steps every world with its contacts switched off (see
+        :func:`mjxrunner.engine.core.without_contacts`).
+    """
+
+    backend: backend_.Backend
+    num_envs: int
+    nu: int
+    guards: tuple[guards.Guard, ...] = core.DEFAULT_GUARDS
+    randomization: Randomization | None = None
+    mesh: Mesh | None = None
+    latency: events.Latency | None = None
+    pushes: events.PushPlan | None = None
+    collisions: bool = True
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+
+@pytree_dataclass
+class Engine:
+    """A batch of worlds: configuration, models, state and the default snapshot.
+
+    Attributes:
+      config: the static :class:`Config`.
+      model: the device model as a :class:`~mjxrunner.engine.worlds.FlatModel`; leaves
+        shared (core shape) or per world (``(num_envs, *core)``).
+      default_model: the model that resets restore and randomization draws around.
+      state: the :class:`~mjxrunner.RunnerState` of every world.
+      default: the snapshot resets restore (counters and flags cleared).
+      ref: what rebuilding mass-derived constants needs (None until masses change).
+    """
+
+    config: Config = static_field()
+    model: FlatModel
+    default_model: FlatModel
+    state: RunnerState
+    default: RunnerState
+    ref: params.Reference | None = None
+
+    @property
+    def num_envs(self) -> int:
+        return self.config.num_envs
+
+
+def configure(
+    m: mujoco.MjModel,
+    num_envs: int,
+    *,
+    impl: str = "jax",
+    device: Any = None,
+    graph_mode: str | None = None,
+    naconmax: int | None = None,
+    njmax: int | None = None,
+    naccdmax: int | None = None,
+    nvmax: int | None = None,
+    overflow_policy: str = "raise",
+    instability_policy: str = "truncate",
+    max_qvel: float = guards.MAX_QVEL,
+    guards: Any = (),
+    latency: Any = None,
+    pushes: events.Pushes | None = None,
+    collision_enabled: bool = True,
+) -> Config:
+    """The validated :class:`Config` of every front door, from the options they
+    share (see :class:`~mjxrunner.MultiEnvRunner` for their meaning).
+
+    ``latency`` is a :class:`~mjxrunner.engine.events.Latency`, an int (a fixed delay in
+    control steps) or None; ``pushes`` a :class:`~mjxrunner.engine.events.Pushes` or None;
+    ``collision_enabled=False`` switches every world's contacts off."""
+    guards_.check_policy(overflow_policy, "overflow_policy")
+    if not isinstance(collision_enabled, bool):
+        raise TypeError(f"collision_enabled must be a bool, got {collision_enabled!r}")
+    latency = events.check_latency(latency)
+    plan = events.resolve_pushes(m, pushes)
+    b = backend_.Backend.make(
+        m, num_envs, impl, device, graph_mode, naconmax, njmax, naccdmax, nvmax
+    )
+    standard = guards_.standard(
+        instability_policy=instability_policy,
+        max_qvel=max_qvel,
+        # impl "jax" never overflows: no host read-back for a guard that cannot trip
+        overflow_policy=overflow_policy if b.impl == "warp" else "truncate",
+        caps=b.caps,
+        extra=guards,
+    )
+    return Config(
+        b, num_envs, m.nu, standard, latency=latency, pushes=plan, collisions=collision_enabled
+    )
+
+
+def cleared(state: RunnerState) -> RunnerState:
+    """A copy of ``state`` with counters and flags cleared: a default snapshot."""
+    return jax.tree.map(jnp.copy, state).replace(
+        episode_length=jnp.zeros_like(state.episode_length),
+        terminated=jnp.zeros_like(state.terminated),
+        truncated=jnp.zeros_like(state.truncated),
+        tripped={k: jnp.zeros_like(v) for k, v in state.tripped.items()},
+    )
+
+
+def build(
+    mj_model: mujoco.MjModel,
+    config: Config,
+    *,
+    seed: int = 0,
+    keyframe: int | str | None = None,
+    start: Any = None,
+) -> Engine:
+    """An engine of ``config.num_envs`` copies of one start (host side, not jit-able).
+
+    Args:
+      mj_model: the host model (its structure is compiled into the step).
+      config: the configuration (its mesh is applied by :func:`place`).
+      seed: seeds the per-world RNG keys.
+      keyframe: the keyframe to start from (None: ``qpos0``), forwarded.
+      start: or a host ``MjData`` to start from (as it is).
+    """
+    from mjxrunner.engine.models import start_data
+
+    b = config.backend
+    host = start_data(mj_model, keyframe) if start is None else start
+    model = FlatModel.of(b.put_model(mj_model))
+    template = b.put_data(mj_model, host)
+    with jax.default_device(b.device):
+        init = jax.jit(core.init, static_argnums=(1, 3, 4))
+        state = init(template, config.num_envs, jax.random.key(seed), config.nu, config.guards)
+        if has_events(config):  # the first episode draws its delays and push times
+            state = _first_episode(config.replace(mesh=None), attach_events(config, state))
+    default = jax.jit(cleared)(state)
+    eng = Engine(config, model, model, state, default)
+    return eng if config.mesh is None else place(eng, config.mesh)
+
+
+def put(tree: Any, config: Config) -> Any:
+    """Places ``tree`` like the engine's buffers: on the device, or over the mesh."""
+    if config.mesh is None:
+        return jax.device_put(tree, config.backend.device)
+    return sharding.place(tree, config.mesh)
+
+
+def place(eng: Engine, mesh: Mesh | None) -> Engine:
+    """The engine with its worlds split over ``mesh`` (None: back on one device)."""
+    if mesh is not None:
+        sharding.check_divisible(eng.num_envs, mesh)
+    config = eng.config.replace(mesh=mesh)
+    return Engine(
+        config,
+        put(eng.model, config),
+        put(eng.default_model, config),
+        put(eng.state, config),
+        put(eng.default, config),
+        eng.ref,
+    )
+
+
+# --- parameters (host side) -------------------------------------------------------------
+
+
+def with_ref(
+    config: Config, ref: params.Reference | None, mj_model: mujoco.MjModel, paths: Any
+) -> params.Reference | None:
+    """``ref``, built now if it is None and ``paths`` touch masses (whose derived
+    constants need it)."""
+    if ref is not None or not set(paths) & params.MASS_FIELDS:
+        return ref
+    return put(params.Reference.build(mj_model, config.backend.device), config.replace(mesh=None))
+
+
+def write_params(
+    config: Config,
+    model: FlatModel,
+    ref: params.Reference | None,
+    mj_model: mujoco.MjModel,
+    updates: dict[str, np.ndarray],
+) -> tuple[FlatModel, params.Reference | None]:
+    """``model`` with validated ``updates`` (see :func:`params.new_values`) written and
+    placed; mass changes rebuild the derived constants. Returns ``(model, ref)``."""
+    ref = with_ref(config, ref, mj_model, updates)
+    return put(FlatModel.of(params.set_values(model.tree, updates, ref)), config), ref
+
+
+# --- local functions (one device's worlds) ---------------------------------------------
+
+
+def split_rng(state: RunnerState) -> tuple[RunnerState, jax.Array]:
+    """Advances every world's key; returns the state and one fresh raw key per world."""
+    rng, draw = core.split_streams(state.rng)
+    return state.replace(rng=rng), draw
+
+
+def randomize_local(
+    config: Config,
+    model: FlatModel,
+    default_model: FlatModel,
+    ref: params.Reference | None,
+    state: RunnerState,
+    mask: jax.Array,
+) -> tuple[FlatModel, RunnerState]:
+    """Redraws the randomized parameters of the worlds in ``mask`` around the
+    default model, each from its own stream (which advances)."""
+    rand = config.randomization
+    if rand is None:
+        return model, state
+    advanced, keys = split_rng(state)
+    # Only the redrawn worlds' streams advance: a world's draws never depend on others.
+    state = state.replace(rng=jnp.where(mask[:, None], advanced.rng, state.rng))
+    new = params.randomize(model.tree, default_model.tree, keys, mask, rand.terms, ref)
+    return FlatModel.of(new), state
+
+
+def has_events(config: Config) -> bool:
+    """Whether the state carries event fields (action latency, pushes)."""
+    return config.latency is not None or config.pushes is not None
+
+
+def attach_events(config: Config, state: RunnerState) -> RunnerState:
+    """``state`` with the event fields ``config`` needs (and no others); see
+    :func:`mjxrunner.engine.events.attach`. Every state the engine builds goes through it."""
+    if not has_events(config) and state.latency is None and state.pushes is None:
+        return state
+    return events.attach(state, config.latency, config.pushes)
+
+
+def collide_flags(config: Config, collide: jax.Array | None, num_envs: int) -> jax.Array | None:
+    """The ``collide`` argument of :func:`mjxrunner.engine.core.step`: ``collide`` if given,
+    else None (the model's contacts) or all False when ``config.collisions`` is off."""
+    if collide is not None or config.collisions:
+        return collide
+    return jnp.zeros((num_envs,), bool)
+
+
+def forward_kinematics(model: FlatModel, data: Any) -> Any:
+    """Batched ``data`` with positions and orientations recomputed from ``qpos``
+    (``mjx.kinematics`` and ``mjx.com_pos``: ``xpos``, ``xquat``, ``xmat``,
+    ``geom_xpos``, ``site_xpos``, ``subtree_com``, ``cinert``, ``cdof``...), with
+    the model's per-world parameters. Quaternions in ``qpos`` come back normalized;
+    sensors, accelerations and contacts are left to the next step."""
+    m = tree_of(model)
+    fk = lambda m, d: mjx.com_pos(m, mjx.kinematics(m, d))  # noqa: E731
+    return jax.vmap(fk, in_axes=(world_axes(m), 0))(m, data)
+
+
+def begin_local(
+    config: Config, model: FlatModel, state: RunnerState, done: jax.Array, update_fk: bool = False
+) -> RunnerState:
+    """Starts new episodes in the worlds in ``done`` (their state already restored):
+    event draws (:func:`mjxrunner.engine.events.restart`) and, with ``update_fk``, forward
+    kinematics with ``model``."""
+    state = events.restart(state, done, config.latency, config.pushes)
+    if update_fk:
+        fresh = forward_kinematics(model, state.data)
+        state = state.replace(data=select_worlds(done, fresh, state.data))
+    return state
+
+
+def _first_episode(config: Config, state: RunnerState) -> RunnerState:
+    everyone = jnp.ones((config.num_envs,), bool)
+    return _begin_jit(config, None, state, everyone)
+
+
+_begin_jit = jax.jit(begin_local, static_argnums=(0, 4))
+
+
+def step_local(
+    config: Config,
+    model: FlatModel,
+    default_model: FlatModel | None,
+    ref: params.Reference | None,
+    state: RunnerState,
+    dt: jax.Array | None = None,
+    substeps: int = 1,
+    collide: jax.Array | None = None,
+) -> tuple[FlatModel, RunnerState]:
+    """One step of every world and its guards; redraws parameters that are due.
+
+    ``default_model`` is read only when the randomization redraws every n steps;
+    ``collide`` (``(num_envs,)`` bool, or None: ``config.collisions``) switches
+    contacts off in the worlds where it is False, for this step.
+    """
+    collide = collide_flags(config, collide, state.ctrl.shape[0])
+    state = core.step(
+        model,
+        state,
+        dt,
+        substeps,
+        guards=config.guards,
+        pushes=config.pushes,
+        collide=collide,
+    )
+    rand = config.randomization
+    if rand is not None and rand.every_n_steps:
+        due = state.episode_length % rand.every_n_steps == 0
+        model, state = randomize_local(config, model, default_model, ref, state, due)
+    return model, state
+
+
+def reset_local(
+    config: Config,
+    model: FlatModel,
+    default_model: FlatModel,
+    ref: params.Reference | None,
+    state: RunnerState,
+    fresh: Any,
+    done: jax.Array,
+    shared: jax.Array,
+    update_fk: bool = False,
+) -> tuple[FlatModel, RunnerState]:
+    """Restarts the worlds in ``done``; ``shared`` also restores shared leaves.
+
+    The model's per-world leaves of those worlds come back from the default model,
+    then the randomization redraws them if it does so on reset. ``fresh`` is the
+    source of fresh worlds: a ``RunnerState``, or ``fresh(model, state) ->
+    RunnerState`` called with the restored model. Each world keeps its RNG stream
+    and health counts; resets are counted. The new episodes draw their events
+    (:func:`begin_local`); ``update_fk`` recomputes their kinematics with the
+    restored model."""
+    model = FlatModel.of(select_worlds(done, default_model.tree, model.tree, shared))
+    rand = config.randomization
+    if rand is not None and rand.on_reset:
+        model, state = randomize_local(config, model, default_model, ref, state, done)
+    if callable(fresh):  # a source drawn with the new parameters (the env's restarts)
+        fresh = fresh(model, state)
+    state = core.reset_selected(state, fresh, done, shared)
+    state = begin_local(config, model, state, done, update_fk)
+    return model, state.replace(health=health.count_resets(state.health, done))
+
+
+# --- the engine, over its mesh ---------------------------------------------------------
+
+
+def step(
+    eng: Engine, dt: jax.Array | None = None, substeps: int = 1, collide: Any = None
+) -> Engine:
+    """Advances every world by one step (``dt``, in ``substeps`` solver calls);
+    ``collide``: None or ``(num_envs,)`` bool, see :func:`step_local`."""
+    model, state = advance(
+        eng.config, eng.model, eng.default_model, eng.ref, eng.state, dt, substeps, collide
+    )
+    return eng.replace(model=model, state=state)
+
+
+def advance(config, model, default_model, ref, state, dt=None, substeps=1, collide=None):
+    """:func:`step_local` over the config's mesh; returns ``(model, state)``."""
+    fn = lambda m, d, r, s, dt, c: step_local(config, m, d, r, s, dt, substeps, c)  # noqa: E731
+    return on_worlds(fn, config.mesh, model, default_model, ref, state, dt, collide, per_world=(5,))
+
+
+def reset(
+    eng: Engine, mask: Any = None, source: RunnerState | None = None, update_fk: bool = True
+) -> Engine:
+    """Restores worlds from ``source`` (None: the default snapshot).
+
+    Args:
+      eng: the engine.
+      mask: None (every world, shared leaves too), ``(num_envs,)`` bool (those
+        worlds' world-indexed leaves), or ``(num_envs + 1,)`` bool (the last entry
+        adds the shared leaves).
+      source: fresh worlds, a ``RunnerState`` of the engine's structure.
+      update_fk: recompute the restored worlds' kinematics with their (restored,
+        maybe redrawn) parameters (:func:`forward_kinematics`), so positions match
+        ``qpos`` even after a parameter change since the snapshot.
+
+    ``mask=None`` with the default snapshot returns the default model whole, so a
+    parameter promoted since the snapshot becomes shared again. The RNG is never
+    rewound. The restored worlds start new episodes: their events are drawn anew.
+    """
+    model, state = restore(
+        eng.config,
+        eng.model,
+        eng.default_model,
+        eng.ref,
+        eng.state,
+        eng.default,
+        mask,
+        source,
+        update_fk,
+    )
+    return eng.replace(model=model, state=state)
+
+
+def restore(
+    config, model, default_model, ref, state, default, mask=None, source=None, update_fk=True
+):
+    """:func:`reset` over the engine's parts; returns ``(model, state)``."""
+    fresh = default if source is None else source
+    if mask is None and source is None:
+        # Everything, shape signature included: the default model and snapshot whole.
+        done = jnp.ones((config.num_envs,), bool)
+        state = jax.tree.map(jnp.copy, core.kept_by_reset(state, default))
+        state = state.replace(health=health.count_resets(state.health, done))
+        model = default_model
+        rand = config.randomization
+        if rand is not None and rand.on_reset:
+            model, state = redraw(config, model, default_model, ref, state, done)
+        return model, begin(config, model, state, done, update_fk)
+    done, shared = core.parse_mask(mask, config.num_envs)
+    return on_worlds(
+        lambda m, d, r, s, f, k, sh: reset_local(config, m, d, r, s, f, k, sh, update_fk),
+        config.mesh,
+        model,
+        default_model,
+        ref,
+        state,
+        fresh,
+        done,
+        shared,
+        per_world=(5,),
+    )
+
+
+def begin(config, model, state, done, update_fk=False):
+    """:func:`begin_local` over the config's mesh; returns the state."""
+    if not has_events(config) and not update_fk:
+        return state
+    fn = lambda m, s, k: begin_local(config, m, s, k, update_fk)  # noqa: E731
+    return on_worlds(fn, config.mesh, model, state, done, per_world=(2,))
+
+
+def randomize(eng: Engine, mask: jax.Array) -> Engine:
+    """Redraws the randomized parameters of the worlds in ``(num_envs,)`` ``mask``."""
+    model, state = redraw(eng.config, eng.model, eng.default_model, eng.ref, eng.state, mask)
+    return eng.replace(model=model, state=state)
+
+
+def redraw(config, model, default_model, ref, state, mask):
+    """:func:`randomize` over the engine's parts; returns ``(model, state)``."""
+    fn = lambda m, d, r, s, k: randomize_local(config, m, d, r, s, k)  # noqa: E731
+    return on_worlds(fn, config.mesh, model, default_model, ref, state, mask, per_world=(4,))
+
+
+def rollout(
+    eng: Engine,
+    actions_or_policy: Any,
+    n_steps: int,
+    dt: jax.Array | None = None,
+    substeps: int = 1,
+    collide: Any = None,
+) -> tuple[Engine, Any]:
+    """``n_steps`` steps in one ``lax.scan`` (see :func:`mjxrunner.engine.core.rollout`).
+
+    Actions are ``(n_steps, num_envs, nu)``; the trajectory ``(qpos, qvel)`` is
+    time-major, ``(n_steps, num_envs, ...)``. The overflow bits of the final state
+    OR those of every step. Latency and pushes act in every step; ``collide`` as
+    in :func:`step`, for every step.
+    """
+    state, trajectory = roll(
+        eng.config, eng.model, eng.state, actions_or_policy, n_steps, dt, substeps, collide
+    )
+    return eng.replace(state=state), trajectory
+
+
+def roll(config, model, state, actions_or_policy, n_steps, dt=None, substeps=1, collide=None):
+    """:func:`rollout` over the engine's parts; returns ``(state, trajectory)``."""
+
+    # Actions and the trajectory are time-major: their world axis is the second one.
+    def time_major(shapes):
+        return specs(shapes[0]), jax.tree.map(lambda _: PartitionSpec(None, AXIS), shapes[1])
+
+    def run(m, s, u, dt, c):
+        c = collide_flags(config, c, s.ctrl.shape[0])
+        return core.rollout(
+            m, s, u, n_steps, dt, substeps, guards=config.guards, pushes=config.pushes, collide=c
+        )
+
+    if callable(actions_or_policy):
+        policy = lambda m, s, dt, c: run(m, s, actions_or_policy, dt, c)  # noqa: E731
+        return on_worlds(
+            policy, config.mesh, model, state, dt, collide, per_world=(3,), out_specs=time_major
+        )
+    by_world = jnp.swapaxes(actions_or_policy, 0, 1)  # world-major, to split it
+    fn = lambda m, s, u, dt, c: run(m, s, jnp.swapaxes(u, 0, 1), dt, c)  # noqa: E731
+    return on_worlds(
+        fn,
+        config.mesh,
+        model,
+        state,
+        by_world,
+        dt,
+        collide,
+        per_world=(2, 4),
+        out_specs=time_major,
+    )
+
+
+def contact_count(config: Config, data: Any) -> jax.Array:
+    """``(num_envs,)`` int32 active contacts per world (both impls)."""
+    out = lambda _: PartitionSpec(AXIS)  # noqa: E731
+    return on_worlds(backend_.contact_count, config.mesh, data, out_specs=out)
+
+
+def check_guards(config: Config, before: RunnerState, after: RunnerState) -> tuple | None:
+    """The host policies of the config's guards (see :func:`guards.check_on_host`)."""
+    return guards.check_on_host(config.guards, before, after)
+
+
+def structure(model: Any) -> tuple[Any, list[tuple[int, ...]]]:
+    """What a compiled step depends on: the treedef (static fields) and leaf shapes."""
+    model = model.tree if isinstance(model, FlatModel) else model
+    return jax.tree.structure(model), [np.shape(x) for x in jax.tree.leaves(model)]
+
+
+# --- events on an existing engine (host side) ------------------------------------------
+
+
+def with_events(eng: Engine, latency: Any, pushes: Any, mj_model: mujoco.MjModel) -> Engine:
+    """``eng`` with other action latency and pushes (see :func:`configure`): the
+    state and the default snapshot gain or lose their event fields, and every world
+    draws its events afresh from its stream, as on a reset."""
+    config = eng.config.replace(
+        latency=events.check_latency(latency), pushes=events.resolve_pushes(mj_model, pushes)
+    )
+    state = put(attach_events(config, eng.state), config)
+    default = put(attach_events(config, eng.default), config)
+    everyone = jnp.ones((config.num_envs,), bool)
+    state = _begin_over(config, eng.model, state, everyone)
+    return eng.replace(config=config, state=state, default=default)
+
+
+_begin_over = jax.jit(begin, static_argnums=(0,))
+
+
+# --- MuJoCo state vectors (mjtState), world by world ------------------------------------
+
+_PLASTIC = int(mujoco.mjtState.mjSTATE_PLASTIC)
+_ALL_STATE = (1 << int(mujoco.mjtState.mjNSTATE)) - 1
+
+
+def state_spec(m: mujoco.MjModel, spec: Any) -> int:
+    """The validated ``mjtState`` bitmask ``spec`` (an ``mjtState`` or an int) as MJX
+    reads it.
+
+    MJX keeps no plastic state (``mjSTATE_PLASTIC``, part of ``mjSTATE_PHYSICS``):
+    for a model without any (``nplastic == 0``, its size is 0) the bit is dropped,
+    which leaves the layout of ``mj_getState`` unchanged; a model with some is
+    refused.
+    """
+    if isinstance(spec, (bool, np.bool_)) or not isinstance(
+        spec, (int, np.integer, mujoco.mjtState)
+    ):
+        raise TypeError(f"spec must be a mujoco.mjtState or an int bitmask of them, got {spec!r}")
+    value = int(spec)
+    if value <= 0 or value & ~_ALL_STATE:
+        raise ValueError(
+            f"spec must be a nonzero bitmask of mujoco.mjtState bits (below {_ALL_STATE + 1}), "
+            f"got {value}"
+        )
+    if value & _PLASTIC:
+        if m.nplastic:
+            raise ValueError(
+                f"spec holds mjSTATE_PLASTIC, but MJX keeps no plastic state and this model "
+                f"has {m.nplastic} values of it: leave the bit out"
+            )
+        value &= ~_PLASTIC
+    return value
+
+
+# The mjx.Data fields of the mjtState components, in bit order (MJX's own table is
+# private): what get_state reads and set_state writes, all of them per world.
+_STATE_FIELDS = (
+    "time",
+    "qpos",
+    "qvel",
+    "act",
+    "history",
+    "qacc_warmstart",
+    "ctrl",
+    "qfrc_applied",
+    "xfrc_applied",
+    "eq_active",
+    "mocap_pos",
+    "mocap_quat",
+    "userdata",
+    "plugin_state",
+)
+
+
+class _Fields(dict):
+    """One world's state fields with the attribute access and ``replace`` that
+    ``mjx.get_state``/``set_state`` use: vmapping them over these fields alone keeps
+    MJX-Warp's pooled buffers out of the ``vmap``."""
+
+    __getattr__ = dict.__getitem__
+
+    def replace(self, **changes: Any) -> _Fields:
+        return _Fields({**self, **changes})
+
+
+def get_state_local(model: FlatModel, state: RunnerState, spec: int) -> jax.Array:
+    """``(num_envs, mj_stateSize(m, spec))``: MJX's ``get_state`` of every world
+    (``spec`` from :func:`state_spec`). ``mjSTATE_CTRL`` reads ``state.ctrl``, the
+    command the next step takes (before any latency)."""
+    data = state.data.replace(ctrl=state.ctrl.astype(state.data.ctrl.dtype))
+    m = tree_of(model)
+    dtype = data.qpos.dtype
+    one = lambda f: mjx.get_state(m, _Fields(f), spec).astype(dtype)  # noqa: E731
+    return jax.vmap(one)({k: getattr(data, k) for k in _STATE_FIELDS})
+
+
+def set_state_local(
+    model: FlatModel,
+    state: RunnerState,
+    values: jax.Array,
+    mask: jax.Array,
+    spec: int,
+    update_fk: bool = True,
+) -> RunnerState:
+    """``state`` whose worlds in ``(num_envs,)`` ``mask`` take the ``spec`` state
+    vectors ``values`` ``(num_envs, size)`` (MJX's ``set_state`` in each world); the
+    other rows of ``values`` are ignored. ``mjSTATE_CTRL`` also sets ``state.ctrl``.
+    With ``update_fk`` their kinematics are recomputed (:func:`forward_kinematics`).
+    Latency queues and push timers are not part of ``mjtState`` and stay."""
+    data = state.data
+    m = tree_of(model)
+    put_one = lambda f, v: dict(mjx.set_state(m, _Fields(f), v, spec))  # noqa: E731
+    fields = jax.vmap(put_one)({k: getattr(data, k) for k in _STATE_FIELDS}, values)
+    new = data.replace(**{k: v.astype(getattr(data, k).dtype) for k, v in fields.items()})
+    if update_fk:
+        new = forward_kinematics(model, new)
+    data = select_worlds(mask, new, data)
+    ctrl = state.ctrl
+    if spec & int(mujoco.mjtState.mjSTATE_CTRL):
+        ctrl = jnp.where(mask[:, None], data.ctrl.astype(ctrl.dtype), ctrl)
+    return state.replace(data=data, ctrl=ctrl)
+
+
+def get_state(config: Config, model: FlatModel, state: RunnerState, spec: int) -> jax.Array:
+    """:func:`get_state_local` over the config's mesh (``spec``: see :func:`state_spec`)."""
+    fn = lambda m, s: get_state_local(m, s, spec)  # noqa: E731
+    return on_worlds(fn, config.mesh, model, state, out_specs=lambda _: PartitionSpec(AXIS))
+
+
+def set_state(
+    config: Config,
+    model: FlatModel,
+    state: RunnerState,
+    values: jax.Array,
+    mask: jax.Array,
+    spec: int,
+    update_fk: bool = True,
+) -> RunnerState:
+    """:func:`set_state_local` over the config's mesh."""
+    fn = lambda m, s, v, k: set_state_local(m, s, v, k, spec, update_fk)  # noqa: E731
+    return on_worlds(fn, config.mesh, model, state, values, mask, per_world=(2, 3))

@@ -1,0 +1,452 @@
+"""Per-world model parameters and domain randomization, on the world axis.
+
+A model leaf is shared (its core shape) or per world (``(num_envs, *core)``); giving
+it a world axis promotes it and setting it back to its core shape demotes it. The
+step derives its ``vmap`` axes from :func:`mjxrunner.world_mask`, so the same code
+serves both.
+
+Changing masses, inertias or armature changes what ``mj_setConst`` computed at
+compile time. MJX reads three of those derived fields: ``body_subtreemass``,
+``body_invweight0`` (contact and weld/connect softness) and ``dof_invweight0`` (joint
+limits and friction loss). :func:`recompute_derived` rebuilds them per world, at
+``qpos0``, the way MuJoCo does. Parameters whose derived quantities we do not rebuild
+(geometry that MJX caches, ``tendon_invweight0`` of models with tendons) are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+from mjxrunner.engine.worlds import (
+    core_ndims,
+    pytree_dataclass,
+    select_worlds,
+    static_field,
+    world_axes,
+)
+
+# Fields whose change alters the derived constants above.
+MASS_FIELDS = frozenset({"body_mass", "body_inertia", "dof_armature"})
+
+# Fields MJX caches derived data for (bounding spheres, same-frame flags, ...): a new
+# value would be silently inconsistent, so they are refused.
+REFUSED = {
+    "geom_size": "it sets geom_rbound/geom_aabb, which MJX caches for collision",
+    "geom_rbound": "it is derived from geom_size at compile time",
+    "body_pos": "it sets body_sameframe flags and invweight0 at compile time",
+    "body_quat": "it sets body_sameframe flags and invweight0 at compile time",
+    "body_ipos": "it sets body_sameframe flags and invweight0 at compile time",
+    "body_iquat": "it sets body_sameframe flags and invweight0 at compile time",
+    "qpos0": "it sets every quantity mj_setConst computes at qpos0",
+    "body_subtreemass": "it is derived; set body_mass instead",
+    "body_invweight0": "it is derived; set body_mass/body_inertia instead",
+    "dof_invweight0": "it is derived; set body_mass/body_inertia/dof_armature instead",
+    "tendon_invweight0": "it is derived from masses and tendon geometry",
+}
+
+# Bounds checked on every value written (inclusive lower bound, strict when noted).
+NONNEGATIVE = frozenset(
+    {
+        "body_mass",
+        "body_inertia",
+        "dof_armature",
+        "dof_damping",
+        "dof_frictionloss",
+        "geom_friction",
+        "jnt_stiffness",
+    }
+)
+POSITIVE = frozenset({"opt.timestep"})
+
+
+def get_leaf(model: mjx.Model, path: str) -> Any:
+    """The field of ``model`` at dotted ``path`` (``"opt.gravity"``, ``"body_mass"``)."""
+    if not isinstance(path, str) or not path:
+        raise TypeError(f"parameter path must be a non-empty str, got {path!r}")
+    node = model
+    for part in path.split("."):
+        if part.startswith("_") or not hasattr(node, part):
+            raise ValueError(f"mjx.Model has no field {path!r}")
+        node = getattr(node, part)
+    return node
+
+
+def check_settable(model: mjx.Model, path: str) -> jax.Array:
+    """The leaf at ``path`` if it is a per-world-capable array, else a clear error."""
+    leaf = get_leaf(model, path)
+    if path in REFUSED:
+        raise ValueError(f"{path!r} cannot be changed per world: {REFUSED[path]}")
+    if not isinstance(leaf, jax.Array):
+        raise TypeError(
+            f"{path!r} is a static {type(leaf).__name__} field of mjx.Model: it is "
+            "structural (compiled into the step), so it cannot vary per world or change "
+            "without building a new runner"
+        )
+    if not jnp.issubdtype(leaf.dtype, jnp.floating):
+        raise TypeError(f"{path!r} has dtype {leaf.dtype}; only float fields can be set")
+    if path in MASS_FIELDS and model.ntendon:
+        raise ValueError(
+            f"{path!r} changes tendon_invweight0, which is not recomputed for models with tendons"
+        )
+    return leaf
+
+
+def check_values(path: str, values: np.ndarray) -> None:
+    """Refuses non-finite values and values out of a field's physical range."""
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"values for {path!r} must be finite")
+    if path in NONNEGATIVE and np.any(values < 0):
+        raise ValueError(f"values for {path!r} must be >= 0, got min {values.min()}")
+    if path in POSITIVE and np.any(values <= 0):
+        raise ValueError(f"values for {path!r} must be > 0, got min {values.min()}")
+
+
+# --- derived constants --------------------------------------------------------------
+
+
+def _derived_one_world(m: mjx.Model, d: mjx.Data, mj: mujoco.MjModel) -> dict[str, jax.Array]:
+    """``body_subtreemass``, ``body_invweight0``, ``dof_invweight0`` of one world."""
+    d = d.replace(qpos=m.qpos0)
+    d = mjx.kinematics(m, d)
+    d = mjx.com_pos(m, d)
+    d = mjx.crb(m, d)
+    minv = jnp.linalg.inv(mjx.full_m(m, d))
+    minval = mujoco.mjMINVAL
+
+    subtree = m.body_mass
+    for b in range(mj.nbody - 1, 0, -1):  # children come after parents
+        subtree = subtree.at[mj.body_parentid[b]].add(subtree[b])
+
+    body_w = [jnp.zeros(2, minv.dtype)]
+    for b in range(1, mj.nbody):
+        if mj.body_weldid[b] == 0:
+            body_w.append(jnp.zeros(2, minv.dtype))
+        elif mj.body_simple[b] == 2:
+            body_w.append(jnp.stack([1 / jnp.maximum(minval, m.body_mass[b]), 0.0]))
+        else:
+            jacp, jacr = mjx.jac(m, d, d.xipos[b], b)
+            trans = jnp.trace(jacp.T @ minv @ jacp) / 3
+            rot = jnp.trace(jacr.T @ minv @ jacr) / 3
+            body_w.append(jnp.stack([trans, rot]))
+
+    dof_w = jnp.zeros(mj.nv, minv.dtype)
+    for j in range(mj.njnt):
+        adr, body = mj.jnt_dofadr[j], mj.jnt_bodyid[j]
+        if mj.body_simple[body] == 2:
+            dof_w = dof_w.at[adr].set(1 / jnp.maximum(minval, m.body_mass[body]))
+            continue
+        kind = mj.jnt_type[j]
+        if kind == mujoco.mjtJoint.mjJNT_FREE:
+            block = jnp.diagonal(minv[adr : adr + 6, adr : adr + 6])
+            w = jnp.repeat(jnp.stack([block[:3].mean(), block[3:].mean()]), 3)
+        elif kind == mujoco.mjtJoint.mjJNT_BALL:
+            w = jnp.repeat(jnp.diagonal(minv[adr : adr + 3, adr : adr + 3]).mean(), 3)
+        else:
+            w = minv[adr, adr][None]
+        dof_w = dof_w.at[adr : adr + w.shape[0]].set(w)
+
+    return {
+        "body_subtreemass": subtree,
+        "body_invweight0": jnp.stack(body_w),
+        "dof_invweight0": dof_w,
+    }
+
+
+@pytree_dataclass
+class Reference:
+    """What :func:`recompute_derived` needs: MJX's JAX-impl functions (kinematics,
+    composite inertia) on one world, whatever impl the runner steps with.
+
+    Attributes:
+      model: impl "jax" ``mjx.Model`` of the same host model, unbatched.
+      data: impl "jax" unbatched ``mjx.Data`` (a work buffer).
+      mj_model: the host model, for the static tree structure.
+    """
+
+    model: mjx.Model
+    data: mjx.Data
+    mj_model: mujoco.MjModel = static_field()
+
+    @classmethod
+    def build(cls, mj_model: mujoco.MjModel, device: jax.Device) -> Reference:
+        model = mjx.put_model(mj_model, impl="jax", device=device)
+        return cls(model, mjx.make_data(mj_model, impl="jax", device=device), mj_model)
+
+
+def recompute_derived(model: mjx.Model, ref: Reference) -> mjx.Model:
+    """Rebuilds the constants MJX reads that depend on masses and inertias.
+
+    World-indexed mass fields give world-indexed derived fields; a model whose mass
+    fields are all shared gets shared derived fields. Works for either impl: the
+    constants are computed with MJX's JAX functions on ``ref``.
+    """
+    axes = world_axes(model)
+    masses = {f: getattr(model, f) for f in MASS_FIELDS}
+    mass_axes = {f: getattr(axes, f) for f in MASS_FIELDS}
+
+    def one(masses):
+        m = ref.model.replace(
+            **{k: v.astype(getattr(ref.model, k).dtype) for k, v in masses.items()}
+        )
+        return _derived_one_world(m, ref.data, ref.mj_model)
+
+    if any(a == 0 for a in mass_axes.values()):
+        derived = jax.vmap(one, in_axes=(mass_axes,))(masses)
+    else:
+        derived = one(masses)
+    return model.replace(**{k: v.astype(getattr(model, k).dtype) for k, v in derived.items()})
+
+
+# --- randomization ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Term:
+    """One randomized parameter.
+
+    Attributes:
+      path: model field, e.g. ``"body_mass"``, ``"geom_friction"``, ``"opt.gravity"``.
+      low: lower end of the sampled factor (scale) or offset (add) or value (set).
+      high: upper end.
+      distribution: ``"uniform"`` or ``"loguniform"`` (needs ``0 < low``).
+      operation: ``"scale"`` (default value times the draw), ``"add"`` (default plus
+        the draw) or ``"set"`` (the draw itself).
+      index: None for the whole field, or an index into its core shape (e.g. a body
+        id, or ``(geom_id, 0)`` for one friction coefficient).
+    """
+
+    path: str
+    low: float
+    high: float
+    distribution: str = "uniform"
+    operation: str = "scale"
+    index: Any = None
+
+    def __post_init__(self):
+        if self.distribution not in ("uniform", "loguniform"):
+            raise ValueError(
+                f"distribution must be 'uniform' or 'loguniform', got {self.distribution!r}"
+            )
+        if self.operation not in ("scale", "add", "set"):
+            raise ValueError(f"operation must be 'scale', 'add' or 'set', got {self.operation!r}")
+        for name in ("low", "high"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise TypeError(f"Term {name} must be a finite number, got {v!r}")
+        if self.low > self.high:
+            raise ValueError(f"Term low ({self.low}) must be <= high ({self.high})")
+        if self.distribution == "loguniform" and self.low <= 0:
+            raise ValueError("a loguniform term needs 0 < low")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Randomization:
+    """Declared randomized parameters and when they are redrawn.
+
+    Compared by identity (a term's index may be a list, which does not hash): each
+    declaration compiles the step once.
+
+    Attributes:
+      terms: the :class:`Term` s.
+      on_reset: redraw the parameters of the worlds a reset (or restart) selects.
+      every_n_steps: if > 0, redraw a world's parameters every that many steps of
+        its episode, inside the compiled step.
+    """
+
+    terms: tuple[Term, ...]
+    on_reset: bool = True
+    every_n_steps: int = 0
+
+
+def check_randomization(
+    model: mjx.Model, terms: Sequence[Term], on_reset: Any, every_n_steps: Any
+) -> Randomization | None:
+    """A validated :class:`Randomization`, or None for no terms."""
+    from mjxrunner.engine import checks
+
+    terms = check_terms(model, terms)
+    every_n_steps = checks.count(every_n_steps, "every_n_steps", minimum=0)
+    if not isinstance(on_reset, bool):
+        raise TypeError("on_reset and at_startup must be bools")
+    return Randomization(terms, on_reset, every_n_steps) if terms else None
+
+
+def touches_masses(rand: Randomization | None) -> bool:
+    """Whether a redraw changes masses (and so needs a :class:`Reference`)."""
+    return rand is not None and bool({t.path for t in rand.terms} & MASS_FIELDS)
+
+
+def promote(model: mjx.Model, rand: Randomization | None, num_envs: int) -> mjx.Model:
+    """``model`` with every field a redraw writes given its world axis (the drawn
+    fields, and the derived constants when masses are drawn)."""
+    if rand is None:
+        return model
+    paths = {t.path for t in rand.terms} | (set(DERIVED) if touches_masses(rand) else set())
+    return model.tree_replace({p: per_world(model, p, num_envs) for p in paths})
+
+
+def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
+    """Validates terms against the model before anything is compiled."""
+    terms = tuple(terms)
+    for t in terms:
+        if not isinstance(t, Term):
+            raise TypeError(f"randomization terms must be Term, got {type(t).__name__}")
+        leaf = check_settable(model, t.path)
+        core = leaf.shape[leaf.ndim - get_leaf(core_ndims(model), t.path) :]
+        if t.index is not None:
+            try:
+                np.empty(core)[t.index]
+            except (IndexError, TypeError) as e:
+                raise ValueError(
+                    f"index {t.index!r} does not fit {t.path!r} of shape {core}"
+                ) from e
+    return terms
+
+
+def _draw(term: Term, shape: tuple[int, ...], dtype: Any, key: jax.Array) -> jax.Array:
+    if term.distribution == "uniform":
+        return jax.random.uniform(key, shape, dtype, term.low, term.high)
+    log = jax.random.uniform(key, shape, dtype, np.log(term.low), np.log(term.high))
+    return jnp.exp(log)
+
+
+def per_world(model: mjx.Model, path: str, num_envs: int) -> jax.Array:
+    """The leaf at ``path`` with a world axis, broadcasting it if it is shared."""
+    leaf = get_leaf(model, path)
+    if leaf.ndim == get_leaf(core_ndims(model), path):
+        leaf = jnp.broadcast_to(leaf, (num_envs, *leaf.shape))
+    return leaf
+
+
+DERIVED = ("body_subtreemass", "body_invweight0", "dof_invweight0")
+
+
+def randomize(
+    model: mjx.Model,
+    default_model: mjx.Model,
+    keys: jax.Array,
+    mask: jax.Array,
+    terms: Sequence[Term],
+    ref: Reference | None = None,
+) -> mjx.Model:
+    """Draws new parameters for the worlds in ``mask``, each from its default value.
+
+    Every randomized field becomes world-indexed. Draws start from ``default_model``,
+    never from the current value, so values never drift over repeated resets.
+
+    Args:
+      model: the current ``mjx.Model``.
+      default_model: the model to draw around (shared or per world).
+      keys: ``(num_envs, 2)`` uint32 raw keys, one per world.
+      mask: ``(num_envs,)`` bool, the worlds that get new draws.
+      terms: the randomized parameters (validate with :func:`check_terms`).
+      ref: needed when a term touches masses, to rebuild derived constants.
+
+    Returns:
+      The model with the selected worlds' fields redrawn.
+    """
+    num_envs = mask.shape[0]
+    drawn: dict[str, jax.Array] = {}
+    for i, term in enumerate(terms):
+        base = per_world(default_model, term.path, num_envs)
+        where = (slice(None),) + (() if term.index is None else np.index_exp[term.index])
+        target = base[where]
+        term_keys = jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(keys)
+        draw = jax.vmap(functools.partial(_draw, term, target.shape[1:], base.dtype))(term_keys)
+        value = {"scale": target * draw, "add": target + draw, "set": draw}[term.operation]
+        drawn[term.path] = drawn.get(term.path, base).at[where].set(value)
+    fresh = model.tree_replace(drawn)
+    changed = set(drawn)
+    if changed & MASS_FIELDS:
+        if ref is None:
+            raise ValueError("terms on masses need ref (a params.Reference) to rebuild constants")
+        fresh = recompute_derived(fresh, ref)
+        changed |= set(DERIVED)
+    # Give the current model the same world axes, so only masked worlds change.
+    current = model.tree_replace({p: per_world(model, p, num_envs) for p in changed})
+    fresh = fresh.tree_replace({p: per_world(fresh, p, num_envs) for p in changed})
+    return select_worlds(mask, fresh, current)
+
+
+# --- setting values (shared by every front door) -----------------------------------------
+
+
+def core_shape(model: mjx.Model, path: str) -> tuple[int, ...]:
+    """The shape of field ``path`` in one world."""
+    leaf = get_leaf(model, path)
+    return leaf.shape[leaf.ndim - get_leaf(core_ndims(model), path) :]
+
+
+def new_values(model: mjx.Model, path: str, values: Any, env_ids: Any, num_envs: int) -> np.ndarray:
+    """The validated host array that :func:`set_values` writes to field ``path``.
+
+    With ``env_ids=None``, ``values`` is the core shape (shared: demotes a per-world
+    field) or ``(num_envs, *core)`` (promotes it). With ``env_ids``, it is
+    ``(len(env_ids), *core)`` or the core shape (the same value for each), and the
+    other worlds keep theirs.
+
+    Raises:
+      TypeError, ValueError: the field cannot be set, or ``values`` is of the wrong
+        shape, not finite, or out of the field's physical range.
+    """
+    from mjxrunner.engine import checks
+
+    leaf = check_settable(model, path)
+    core = core_shape(model, path)
+    if env_ids is None:
+        arr = np.asarray(values) if not isinstance(values, jax.Array) else np.array(values)
+        if arr.shape not in (core, (num_envs, *core)):
+            raise ValueError(
+                f"values for {path!r} must have shape {core} (all worlds) or "
+                f"{(num_envs, *core)} (per world), got {arr.shape}"
+            )
+        new = checks.finite_array(arr, f"values for {path!r}", arr.shape, leaf.dtype)
+    else:
+        ids = checks.env_ids(env_ids, num_envs)
+        arr = np.asarray(values)
+        shape = (len(ids), *core)
+        if arr.shape == core:
+            arr = np.broadcast_to(arr, shape)
+        vals = checks.finite_array(arr, f"values for {path!r}", shape, leaf.dtype)
+        current = np.array(leaf)
+        new = current if leaf.ndim > len(core) else np.broadcast_to(current, (num_envs, *core))
+        new = new.copy()
+        new[ids] = vals
+    check_values(path, new)
+    return new
+
+
+def field_values(model: mjx.Model, fields: Any) -> dict[str, np.ndarray]:
+    """Validated core-shaped values ``{path: value}`` for every world."""
+    from mjxrunner.engine import checks
+
+    if not isinstance(fields, dict) or not fields:
+        raise TypeError("fields must be a non-empty dict {path: value}")
+    updates = {}
+    for path, value in fields.items():
+        leaf = check_settable(model, path)
+        arr = checks.finite_array(value, f"value for {path!r}", core_shape(model, path), leaf.dtype)
+        check_values(path, arr)
+        updates[path] = arr
+    return updates
+
+
+_recompute_jit = jax.jit(recompute_derived)
+
+
+def set_values(model: mjx.Model, updates: dict[str, Any], ref: Reference | None) -> mjx.Model:
+    """``model`` with validated ``updates`` written; mass changes rebuild the derived
+    constants (``ref`` needed then)."""
+    model = model.tree_replace(updates)
+    if set(updates) & MASS_FIELDS:
+        model = _recompute_jit(model, ref)
+    return model
