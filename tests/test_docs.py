@@ -38,4 +38,4 @@ def test_docs_build_with_warnings_as_errors():
             assert built.exists(), built
     # The API reference is drawn from the docstrings, not left empty.
     engine = (html / "reference" / "engine.html").read_text()
-    assert 'id="mjxrunner.worlds.world_mask"' in engine
+    assert 'id="mjxrunner.engine.worlds.world_mask"' in engine
