@@ -10,7 +10,7 @@ Usage::
 Two parts:
 
 1. *Check cost*: the pure step (``mjxrunner.core.step``) compiled with the
-   instability check (``health.Check()``) and without it (``check=None``), timed in
+   instability guard (``core.DEFAULT_GUARDS``) and without it (the overflow guard alone), timed in
    interleaved rounds, both as a ``lax.scan`` of steps (no dispatch in the timing)
    and as one compiled call per step (what ``runner.step`` does).
 2. *Soak*: a ``MultiEnvRunner`` on cartpole with randomized pole mass and joint
@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mjxrunner import CompileCounter, MultiEnvRunner, backend_info
-from mjxrunner.engine import core, health
+from mjxrunner.engine import core, guards
 from mjxrunner.engine.params import Term
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -68,14 +68,14 @@ def check_cost(num_envs: int, rounds: int, scan_steps: int, loop_steps: int) -> 
     model, start = r.model, r.state
     rng = np.random.default_rng(0)
     actions = jnp.asarray(rng.uniform(-1, 1, (scan_steps, num_envs, 1)), jnp.float32)
-    checks = {"with_check": health.Check(), "without_check": None}
+    checks = {"with_check": core.DEFAULT_GUARDS, "without_check": (guards.overflow(),)}
 
     scans = {
-        k: jax.jit(lambda m, s, u, c=c: core.rollout(m, s, u, scan_steps, check=c)[0])
+        k: jax.jit(lambda m, s, u, c=c: core.rollout(m, s, u, scan_steps, guards=c)[0])
         for k, c in checks.items()
     }
     steps = {
-        k: jax.jit(lambda m, s, c=c: core.step(m, s, check=c), donate_argnums=(1,))
+        k: jax.jit(lambda m, s, c=c: core.step(m, s, guards=c), donate_argnums=(1,))
         for k, c in checks.items()
     }
     compile_s = {}

@@ -23,6 +23,7 @@ from mjxrunner.doors import registration
 from mjxrunner.doors.runner import MultiEnvRunner
 from mjxrunner.engine import core, cpu_fusion, cpu_linalg, guards, health, models
 from mjxrunner.engine.backend import CompileCounter, backend_info
+from mjxrunner.engine.options import Options
 from mjxrunner.engine.state import RunnerState
 from mjxrunner.engine.worlds import (
     CORE_NDIM,
@@ -39,6 +40,7 @@ __all__ = [
     "CORE_NDIM",
     "CompileCounter",
     "MultiEnvRunner",
+    "Options",
     "RunnerState",
     "backend_info",
     "checkpoint",

@@ -10,7 +10,7 @@ import pytest
 from mujoco import mjx
 
 from mjxrunner import CompileCounter, MultiEnvRunner
-from mjxrunner.engine import core, health
+from mjxrunner.engine import core, guards, health
 
 N = 4
 BAD = 1  # the world driven to NaN
@@ -88,15 +88,16 @@ def test_unstable_flags_exactly_the_bad_worlds(batched):
     np.testing.assert_array_equal(health.unstable(d, float("inf")), [0, 1, 1, 0, 1, 0])
 
 
-def test_check_validates_its_fields():
-    assert health.Check(5).max_qvel == 5.0 and health.Check(5) == health.Check(5.0)
+def test_the_instability_guard_validates_its_bound():
+    bound = lambda g: g.detect.max_qvel  # noqa: E731
+    assert bound(guards.instability(5)) == 5.0 and guards.instability(5) == guards.instability(5.0)
     for bad, error in [(0, ValueError), (-1.0, ValueError), (np.nan, ValueError)]:
         with pytest.raises(error, match="max_qvel"):
-            health.Check(bad)
+            guards.instability(bad)
     with pytest.raises(TypeError, match="max_qvel"):
-        health.Check("1e3")
-    with pytest.raises(TypeError, match="truncate"):
-        health.Check(1.0, truncate=1)
+        guards.instability("1e3")
+    with pytest.raises(ValueError, match="policy"):
+        guards.instability(1.0, policy="sometimes")
 
 
 def test_nan_injected_in_one_world_leaves_the_others_bit_identical(batched):
@@ -119,10 +120,11 @@ def test_nan_injected_in_one_world_leaves_the_others_bit_identical(batched):
     assert not np.asarray(clean.unstable).any() and not np.asarray(clean.truncated).any()
 
 
-def test_check_none_skips_detection_and_reset_clears_the_flag(batched):
+def test_no_instability_guard_skips_detection_and_reset_clears_the_flag(batched):
     model, state = batched
     poisoned = state.replace(data=state.data.replace(qvel=state.data.qvel.at[0, 0].set(jnp.nan)))
-    unchecked = jax.jit(core.step, static_argnames="check")(model, poisoned, check=None)
+    only_overflow = (guards.overflow(),)
+    unchecked = jax.jit(core.step, static_argnames="guards")(model, poisoned, guards=only_overflow)
     assert not np.asarray(unchecked.unstable).any()
     np.testing.assert_array_equal(unchecked.health.unstable, 0)
     # a flagged world: reset clears its flag, keeps its count

@@ -144,9 +144,9 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         a camera framing them all for the side-by-side picture), or a camera
         name or index of the model.
       **options: every other option of :func:`mjxrunner.env.make`, passed through:
-        Warp capacities and ``graph_mode``, ``overflow_policy``,
-        ``instability_policy``, ``max_qvel``, ``guards``, ``devices``,
-        ``restart_slots``, ``normalize_obs`` and ``obs_clip``. Guards with policy
+        the engine's (an ``options=`` :class:`~mjxrunner.engine.Options` or its
+        fields by name), ``devices``, ``restart_slots``, ``normalize_obs`` and
+        ``obs_clip``. Guards with policy
         ``"warn"`` or ``"raise"`` are applied after each step; ``"raise"`` keeps the
         state of before the step.
 

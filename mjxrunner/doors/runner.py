@@ -24,12 +24,11 @@ from mjxrunner.doors import layout, runner_io
 from mjxrunner.engine import backend, checks, health, params, sharding
 from mjxrunner.engine import batch as engine
 from mjxrunner.engine import guards as guards_  # the constructor's ``guards`` argument shadows it
+from mjxrunner.engine import options as options_
 from mjxrunner.engine.models import load_any
+from mjxrunner.engine.options import Options
 from mjxrunner.engine.sharding import host_copy
 from mjxrunner.engine.worlds import FlatModel, world_mask
-
-OVERFLOW_POLICIES = guards_.POLICIES
-
 
 _GROUPS: dict[str, Any] = {}
 """What :mod:`.group_runner` registers when it loads (``"runner"``: ``GroupRunner``)."""
@@ -95,25 +94,17 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
       model: an ``MjModel``, a name from ``models/`` (see ``mjxrunner.models.list()``),
         a path to an MJCF/MJB file, or MJCF text.
       num_envs: number of worlds.
-      impl: MJX implementation, ``"jax"`` or ``"warp"``; always passed to MJX.
       seed: seeds the per-world RNG keys.
       keyframe: name or index of a keyframe to start from (None: ``qpos0``).
       devices: None (one device), or devices to split the worlds across; see
         :meth:`shard`.
-      overflow_policy: the Warp overflow guard's policy: ``"raise"`` (roll back the
-        step, ``CapacityOverflowError``), ``"warn"`` or ``"truncate"`` (on device).
-        ``runner.overflow`` always holds the last step's bits.
-      instability_policy: the instability guard's policy (NaN/Inf state or
-        ``|qvel| > max_qvel``): ``"reset"`` (default; ``"truncate"``: mark the
-        world truncated, on device, so the next reset of truncated worlds replaces
-        it), ``"warn"`` or ``"raise"`` (roll back the step).
-      **options: ``device`` (None, a ``jax.Device`` or a platform name), Warp's
-        ``graph_mode``, ``naconmax``, ``njmax``, ``naccdmax``, ``nvmax``,
-        ``max_qvel`` (default MuJoCo's ``mjMAXVAL``, 1e10), ``guards`` (your own
-        :class:`mjxrunner.engine.guards.Guard` s), ``latency`` (an
-        :class:`mjxrunner.engine.events.Latency` or an int number of control steps),
-        ``pushes`` (an :class:`mjxrunner.engine.events.Pushes`) and ``collision_enabled``
-        (default True); see :func:`mjxrunner.engine.configure`.
+      options: the engine's :class:`~mjxrunner.engine.Options` (None: the runner's
+        defaults, ``impl="jax"``, ``overflow_policy="raise"``,
+        ``instability_policy="truncate"``, ...).
+      **kwargs: any option of ``Options`` by name (``impl="warp"``, ``naconmax=``,
+        ``max_qvel=``, ``guards=``, ``latency=``, ``pushes=``,
+        ``collision_enabled=``, ...), changing ``options``. ``runner.overflow``
+        always holds the last step's Warp overflow bits.
 
     Guards with policy ``"warn"`` or ``"raise"`` read their flags back after every
     step. The state after construction (and after :meth:`build_default`) is the
@@ -125,32 +116,22 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         model: mujoco.MjModel | str | os.PathLike,
         num_envs: int,
         *,
-        impl: str = "jax",
         seed: int = 0,
         keyframe: int | str | None = None,
         devices: Any = None,
-        overflow_policy: str = "raise",
-        instability_policy: str = "reset",
-        **options: Any,
+        options: Options | None = None,
+        **kwargs: Any,
     ):
         num_envs = checks.count(num_envs, "num_envs")
         seed = checks.count(seed, "seed", minimum=0)
-        backend.check_impl(impl)
+        opts = options_.of(options_.RUNNER, options, **kwargs)
+        backend.check_impl(opts.impl)
         mj_model = copy.copy(load_any(model))  # later edits of the caller's model stay there
-        config = engine.configure(
-            mj_model,
-            num_envs,
-            impl=impl,
-            overflow_policy=overflow_policy,
-            instability_policy=instability_policy,
-            **options,
-        )
-        self._mj_model = mj_model
-        self._policies = {"overflow": overflow_policy, "instability": instability_policy}
         # The runner passes its contact switch to each step as values (collide flags),
-        # so switching never recompiles; its engine's config keeps the default.
-        self._collisions = config.collisions
-        config = config.replace(collisions=True)
+        # so switching never recompiles; its engine's config keeps contacts on.
+        self._collisions = opts.collision_enabled
+        config = engine.configure(mj_model, num_envs, opts.replace(collision_enabled=True))
+        self._mj_model = mj_model
         self._set_engine(engine.build(mj_model, config, seed=seed, keyframe=keyframe))
         self._origins, self._layout = layout.linear(num_envs, 0.0), "linear"
         if devices is not None:
@@ -203,8 +184,14 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
     impl = property(lambda self: self._eng.config.backend.impl)
     device = property(lambda self: self._eng.config.backend.device)
     capacities = property(lambda self: self._eng.config.backend.caps, doc="Warp sizes.")
-    overflow_policy = property(lambda self: self._policies["overflow"])
-    instability_policy = property(lambda self: self._policies["instability"])
+
+    @property
+    def options(self) -> Options:
+        """The engine's :class:`~mjxrunner.engine.Options` (capacities resolved)."""
+        return self._eng.config.options.replace(collision_enabled=self._collisions)
+
+    overflow_policy = property(lambda self: self.options.overflow_policy)
+    instability_policy = property(lambda self: self.options.instability_policy)
     guards = property(lambda self: self._eng.config.guards, doc="The guards of every step.")
     latency = property(
         lambda self: self._eng.config.latency, doc="The action latency (None: none)."
@@ -221,10 +208,10 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         doc="Whether steps collide (``set_collision_enabled``; ``step(collide=)`` per step).",
     )
 
-    @property
-    def max_qvel(self) -> float:
-        """The ``|qvel|`` above which a world counts as unstable."""
-        return guards_.find(self.guards, "unstable").detect.max_qvel
+    max_qvel = property(
+        lambda self: self.options.max_qvel,
+        doc="The ``|qvel|`` above which a world counts as unstable.",
+    )
 
     episode_length = property(lambda self: host_copy(self.state.episode_length))
     terminated = property(lambda self: host_copy(self.state.terminated))

@@ -18,6 +18,7 @@ from mjxrunner.engine import archive, codec, params
 from mjxrunner.engine import batch as engine
 from mjxrunner.engine.archive import CheckpointError, fill, read, write
 from mjxrunner.engine.models import load_any
+from mjxrunner.engine.options import Options
 from mjxrunner.engine.worlds import FlatModel
 
 RUNNER_PARTS = ("state", "default", "model", "default_model")
@@ -49,14 +50,9 @@ def save(runner: Any, path: str | os.PathLike) -> Path:
         "model": eng.model.tree,
         "default_model": eng.default_model.tree,
     }
-    policies = {
-        "overflow_policy": runner.overflow_policy,
-        "instability_policy": runner.instability_policy,
-        "max_qvel": runner.max_qvel,
-    }
+    options = runner.options  # with the runner's own contact switch
     fields = {
-        **codec.engine_fields(eng.config, eng.model.tree, eng.state.user, eng.ref, policies),
-        "collision_enabled": runner.collision_enabled,  # the runner's own switch
+        **codec.engine_fields(eng.config, eng.model.tree, eng.state.user, eng.ref, options),
         "layout": runner.layout,
     }
     origins = {"origins": np.asarray(runner.env_origins, np.float64)}
@@ -110,28 +106,17 @@ def load_runner(
         raise CheckpointError(
             f"checkpoint {where} holds num_envs={n}, expected num_envs={num_envs}"
         )
-    options = dict(header["options"])
-    if impl is not None and impl != options["impl"]:
+    options = Options.from_header(header).replace(device=device, guards=guards)
+    if impl is not None and impl != options.impl:
         raise CheckpointError(
-            f"checkpoint {where} holds an impl {options['impl']!r} runner, expected {impl!r}"
+            f"checkpoint {where} holds an impl {options.impl!r} runner, expected {impl!r}"
         )
     mj_model = codec.host_model(arrays, where)
     if model is not None:
-        codec.check_same_structure(load_any(model), mj_model, options["impl"], where)
+        codec.check_same_structure(load_any(model), mj_model, options.impl, where)
     codec.check_process(header, where)
 
-    runner = runner_cls(
-        mj_model,
-        n,
-        device=device,
-        overflow_policy=header["overflow_policy"],
-        instability_policy=header["instability_policy"],
-        max_qvel=header["max_qvel"],
-        devices=devices,
-        guards=guards,
-        **codec.event_options(header),
-        **options,
-    )
+    runner = runner_cls(mj_model, n, devices=devices, options=options)
     codec.check_guards(header, runner.engine.config, "runner", where)
     rand = header["randomization"]
     if rand is not None:

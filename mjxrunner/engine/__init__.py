@@ -6,7 +6,8 @@ backends and their capacities (:mod:`.backend`), the physics step and masked res
 mesh), guards and health, per-world parameters and randomization (:mod:`.params`),
 action latency and pushes (:mod:`.events`), sharding, the model registry
 (:mod:`.models`), heterogeneous-world bookkeeping (:mod:`.groups`), input checks
-(:mod:`.checks`), the checkpoint file format (:mod:`.archive`) and the CPU patches
+(:mod:`.checks`), every option in one dataclass (:mod:`.options`), the checkpoint
+file format (:mod:`.archive`, the engine's fields :mod:`.codec`) and the CPU patches
 (:mod:`.cpu_linalg`, :mod:`.cpu_fusion`).
 
 May import: JAX, MuJoCo, MJX, NumPy, and modules of this subpackage only.
@@ -26,5 +27,6 @@ cpu_fusion.install()
 
 from mjxrunner.engine.batch import *  # noqa: E402, F403 - the engine's functions
 from mjxrunner.engine.batch import __all__ as _batch_all  # noqa: E402
+from mjxrunner.engine.options import Options  # noqa: E402
 
-__all__ = ["cpu_fusion", "cpu_linalg", *_batch_all]
+__all__ = ["Options", "cpu_fusion", "cpu_linalg", *_batch_all]

@@ -45,6 +45,7 @@ import mujoco
 import numpy as np
 
 from mjxrunner.engine.models import mjb_bytes
+from mjxrunner.engine.options import HEADER_KEYS
 from mjxrunner.engine.sharding import host_copy
 
 FORMAT = "mjxrunner-checkpoint"
@@ -97,7 +98,7 @@ def write(
         raise ValueError(f"checkpoint directory {str(path.parent)!r} does not exist")
     if kind not in KINDS:
         raise ValueError(f"checkpoint kind must be one of {KINDS}, got {kind!r}")
-    host = (to_numpy or to_numpy)(parts)  # gathers shards, also from other processes
+    host = (to_numpy or host_tree)(parts)  # gathers shards, also from other processes
     out: dict[str, np.ndarray] = {}
     for part, tree in host.items():
         if "/" in part:
@@ -133,7 +134,7 @@ def write(
     return path
 
 
-def to_numpy(tree: Any) -> Any:
+def host_tree(tree: Any) -> Any:
     return jax.tree.map(host_copy, tree)
 
 
@@ -158,11 +159,7 @@ _COMMON = frozenset(
     {
         "kind",
         "num_envs",
-        "options",
         "guards",
-        "overflow_policy",
-        "instability_policy",
-        "max_qvel",
         "randomization",
         "user",
         "backend",
@@ -172,7 +169,7 @@ _COMMON = frozenset(
         "arrays",
         "sha256",
     }
-)
+) | frozenset(HEADER_KEYS)
 
 
 _REQUIRED: dict[str, frozenset] = {

@@ -44,7 +44,9 @@ from mujoco import mjx
 
 from mjxrunner.engine import backend as backend_
 from mjxrunner.engine import core, events, guards, health, params, sharding
-from mjxrunner.engine import guards as guards_  # configure's ``guards`` argument shadows it
+from mjxrunner.engine import guards as guards_
+from mjxrunner.engine import options as options_
+from mjxrunner.engine.options import Options
 from mjxrunner.engine.sharding import AXIS, on_worlds, specs
 from mjxrunner.engine.state import RunnerState
 from mjxrunner.engine.worlds import (
@@ -115,6 +117,8 @@ class Config:
         (:class:`mjxrunner.engine.events.PushPlan`).
       collisions: False steps every world with its contacts switched off (see
         :func:`mjxrunner.engine.core.without_contacts`).
+      options: the :class:`~mjxrunner.engine.options.Options` it was configured
+        from (capacities resolved): what checkpoints save.
     """
 
     backend: backend_.Backend
@@ -126,6 +130,7 @@ class Config:
     latency: events.Latency | None = None
     pushes: events.PushPlan | None = None
     collisions: bool = True
+    options: Options = options_.RUNNER
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -158,48 +163,30 @@ class Engine:
 
 
 def configure(
-    m: mujoco.MjModel,
-    num_envs: int,
-    *,
-    impl: str = "jax",
-    device: Any = None,
-    graph_mode: str | None = None,
-    naconmax: int | None = None,
-    njmax: int | None = None,
-    naccdmax: int | None = None,
-    nvmax: int | None = None,
-    overflow_policy: str = "raise",
-    instability_policy: str = "truncate",
-    max_qvel: float = guards.MAX_QVEL,
-    guards: Any = (),
-    latency: Any = None,
-    pushes: events.Pushes | None = None,
-    collision_enabled: bool = True,
+    m: mujoco.MjModel, num_envs: int, options: Options | None = None, **kwargs: Any
 ) -> Config:
-    """The validated :class:`Config` of every front door, from the options they
-    share (see :class:`~mjxrunner.MultiEnvRunner` for their meaning).
-
-    ``latency`` is a :class:`~mjxrunner.engine.events.Latency`, an int (a fixed delay in
-    control steps) or None; ``pushes`` a :class:`~mjxrunner.engine.events.Pushes` or None;
-    ``collision_enabled=False`` switches every world's contacts off."""
-    guards_.check_policy(overflow_policy, "overflow_policy")
-    if not isinstance(collision_enabled, bool):
-        raise TypeError(f"collision_enabled must be a bool, got {collision_enabled!r}")
-    latency = events.check_latency(latency)
-    plan = events.resolve_pushes(m, pushes)
-    b = backend_.Backend.make(
-        m, num_envs, impl, device, graph_mode, naconmax, njmax, naccdmax, nvmax
-    )
-    standard = guards_.standard(
-        instability_policy=instability_policy,
-        max_qvel=max_qvel,
-        # impl "jax" never overflows: no host read-back for a guard that cannot trip
-        overflow_policy=overflow_policy if b.impl == "warp" else "truncate",
-        caps=b.caps,
-        extra=guards,
-    )
+    """The validated :class:`Config` of every front door, from its
+    :class:`~mjxrunner.engine.options.Options` (or the same names as keyword
+    arguments, which change ``options``); see ``Options`` for their meaning."""
+    opts = options_.of(options_.RUNNER, options, **kwargs)
+    guards_.check_policy(opts.overflow_policy, "overflow_policy")
+    if not isinstance(opts.collision_enabled, bool):
+        raise TypeError(f"collision_enabled must be a bool, got {opts.collision_enabled!r}")
+    latency = events.check_latency(opts.latency)
+    plan = events.resolve_pushes(m, opts.pushes)
+    caps = (opts.naconmax, opts.njmax, opts.naccdmax, opts.nvmax)
+    b = backend_.Backend.make(m, num_envs, opts.impl, opts.device, opts.graph_mode, *caps)
+    standard = opts.guard_set(b)
+    opts = opts.replace(latency=latency, **b.options)  # as resolved: impl, capacities
     return Config(
-        b, num_envs, m.nu, standard, latency=latency, pushes=plan, collisions=collision_enabled
+        b,
+        num_envs,
+        m.nu,
+        standard,
+        latency=latency,
+        pushes=plan,
+        collisions=opts.collision_enabled,
+        options=opts,
     )
 
 
@@ -621,8 +608,11 @@ def with_events(eng: Engine, latency: Any, pushes: Any, mj_model: mujoco.MjModel
     """``eng`` with other action latency and pushes (see :func:`configure`): the
     state and the default snapshot gain or lose their event fields, and every world
     draws its events afresh from its stream, as on a reset."""
+    latency = events.check_latency(latency)
     config = eng.config.replace(
-        latency=events.check_latency(latency), pushes=events.resolve_pushes(mj_model, pushes)
+        latency=latency,
+        pushes=events.resolve_pushes(mj_model, pushes),
+        options=eng.config.options.replace(latency=latency, pushes=pushes),
     )
     state = put(attach_events(config, eng.state), config)
     default = put(attach_events(config, eng.default), config)

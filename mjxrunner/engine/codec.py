@@ -11,10 +11,11 @@ import jax
 import mujoco
 import numpy as np
 
-from mjxrunner.engine import backend, events, params
+from mjxrunner.engine import backend, params
 from mjxrunner.engine import batch as engine
 from mjxrunner.engine.archive import CheckpointError, CheckpointWarning, describe
 from mjxrunner.engine.models import from_mjb
+from mjxrunner.engine.options import Options
 
 
 def _encode_term(term: params.Term) -> dict[str, Any]:
@@ -61,14 +62,14 @@ def decode_terms(rand: dict[str, Any]) -> list[params.Term]:
 
 
 def engine_fields(
-    config: engine.Config, model: Any, user: Any, ref: Any, policies: dict[str, Any]
+    config: engine.Config, model: Any, user: Any, ref: Any, options: Options | None = None
 ) -> dict[str, Any]:
-    """The header fields every kind records about its engine configuration."""
+    """The header fields every kind records about its engine: its options
+    (``config.options`` unless given) and what the configuration adds to them."""
     return {
         "num_envs": config.num_envs,
-        "options": config.backend.options,
+        **(config.options if options is None else options).to_header(),
         "guards": [[g.name, g.policy] for g in config.guards],
-        **policies,
         "randomization": encode_randomization(config.randomization),
         "user": describe(user),
         "backend": config.backend.info(),
@@ -76,20 +77,6 @@ def engine_fields(
         # field of the device model: kept here so the loaded model's is the same.
         "signature": int(getattr(model, "signature", 0)),
         "ref": ref is not None,
-        "latency": events.latency_to_json(config.latency),
-        "pushes": None if config.pushes is None else config.pushes.pushes.to_json(),
-        "collision_enabled": config.collisions,
-    }
-
-
-def event_options(header: dict[str, Any]) -> dict[str, Any]:
-    """The engine options of the events a header records (absent from older files:
-    none, collisions on)."""
-    pushes = header.get("pushes")
-    return {
-        "latency": events.latency_from_json(header.get("latency")),
-        "pushes": None if pushes is None else events.Pushes.from_json(pushes),
-        "collision_enabled": header.get("collision_enabled", True),
     }
 
 

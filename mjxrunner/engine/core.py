@@ -176,9 +176,7 @@ def step(
     state: RunnerState,
     dt: jax.Array | None = None,
     substeps: int = 1,
-    truncate_on_overflow: bool = False,
-    check: health.Check | None = health.Check(),  # noqa: B008 - frozen, hashable
-    guards: Sequence[guards.Guard] | None = None,
+    guards: Sequence[guards.Guard] = DEFAULT_GUARDS,
     pushes: events.PushPlan | None = None,
     collide: jax.Array | None = None,
 ) -> RunnerState:
@@ -189,11 +187,7 @@ def step(
       state: the current state.
       dt: step length; None means ``substeps * timestep``.
       substeps: solver calls per step (static).
-      truncate_on_overflow: with ``guards=None``, the overflow guard's policy is
-        ``"truncate"`` (else ``"raise"``, left to the host) (static).
-      check: with ``guards=None``, the instability guard (None: none) (static).
-      guards: the guards to run (static); None builds them from the two arguments
-        above.
+      guards: the guards to run after the physics (static; ``()``: none).
       pushes: the random pushes (static; with ``state.pushes``); see
         :mod:`mjxrunner.engine.events`. Action latency needs no argument: a state with a
         ``latency`` queue sends its delayed commands to the physics.
@@ -205,8 +199,6 @@ def step(
       policy ``"truncate"`` are ``truncated``. Other flags are left as they are: a
       task or the caller decides termination.
     """
-    if guards is None:
-        guards = legacy_guards(check, truncate_on_overflow)
     state, ctrl = events.before_physics(state, pushes)
     data, overflow = physics_step(model, state.data, ctrl, dt, substeps, collide)
     tripped, new, truncate = _guards.after_step(guards, data, state.tripped)
@@ -221,12 +213,6 @@ def step(
 
 
 _guards = guards
-
-
-def legacy_guards(check: health.Check | None, truncate_on_overflow: bool) -> tuple:
-    """The guards that ``check`` and ``truncate_on_overflow`` stood for."""
-    overflow = _guards.overflow(policy="truncate" if truncate_on_overflow else "raise")
-    return (overflow,) if check is None else (check.guard(), overflow)
 
 
 def parse_mask(mask: Any, num_envs: int) -> tuple[jax.Array, jax.Array]:
@@ -308,8 +294,7 @@ def rollout(
     dt: jax.Array | None = None,
     substeps: int = 1,
     record: Callable[[RunnerState], Any] = qpos_qvel,
-    check: health.Check | None = health.Check(),  # noqa: B008 - frozen, hashable
-    guards: Sequence[guards.Guard] | None = None,
+    guards: Sequence[guards.Guard] = DEFAULT_GUARDS,
     pushes: events.PushPlan | None = None,
     collide: jax.Array | None = None,
 ) -> tuple[RunnerState, Any]:
@@ -327,7 +312,6 @@ def rollout(
       substeps: as in :func:`step` (static).
       record: what to keep of each post-step state; stacked along a leading
         ``n_steps`` axis.
-      check: as in :func:`step` (static).
       guards: as in :func:`step` (static).
       pushes: as in :func:`step` (static).
       collide: as in :func:`step`, for every step.
@@ -336,8 +320,6 @@ def rollout(
       ``(final_state, trajectory)``; ``final_state.overflow`` ORs the overflow bits
       of every step of the rollout.
     """
-    if guards is None:
-        guards = legacy_guards(check, False)
     if callable(actions_or_policy):
         policy = actions_or_policy
 

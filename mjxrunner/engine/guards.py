@@ -202,12 +202,7 @@ def standard(
     caps: backend.Capacities | None = None,
     extra: Sequence[Guard] = (),
 ) -> tuple[Guard, ...]:
-    """The guards every runner and env has, then the user's ``extra`` ones.
-
-    ``instability_policy="reset"`` (the runner's older name) means ``"truncate"``.
-    """
-    if instability_policy == "reset":
-        instability_policy = "truncate"
+    """The guards every runner and env has, then the user's ``extra`` ones."""
     check_policy(instability_policy, "instability_policy")
     check_policy(overflow_policy, "overflow_policy")
     extra = tuple(extra)

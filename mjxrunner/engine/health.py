@@ -19,55 +19,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mjxrunner.engine import guards
-from mjxrunner.engine.guards import MAX_QVEL, InstabilityError, InstabilityWarning, unstable
+from mjxrunner.engine.guards import InstabilityError, InstabilityWarning, unstable
 from mjxrunner.engine.sharding import host_copy
 from mjxrunner.engine.worlds import pytree_dataclass, world_field
 
 __all__ = [
-    "MAX_QVEL",
-    "POLICIES",
-    "Check",
     "HealthCounts",
     "InstabilityError",
     "InstabilityWarning",
     "Report",
     "count_resets",
-    "describe",
     "unstable",
 ]
-
-POLICIES = ("raise", "warn", "reset", "truncate")
-"""What a runner does with an unstable world (``"reset"`` is the older name of the
-guards' ``"truncate"``)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """What counts as unstable and what the step does about it.
-
-    Hashable, so it is a static argument of a compiled step: each distinct value
-    compiles once.
-
-    Attributes:
-      max_qvel: bound on ``|qvel|`` (any unit the joint has); ``inf`` checks only
-        for NaN/Inf.
-      truncate: mark unstable worlds ``truncated``, so the next reset of truncated
-        worlds replaces them.
-    """
-
-    max_qvel: float = MAX_QVEL
-    truncate: bool = True
-
-    def __post_init__(self):
-        bound = guards.Unstable(self.max_qvel).max_qvel  # validates it
-        if not isinstance(self.truncate, bool):
-            raise TypeError(f"truncate must be a bool, got {type(self.truncate).__name__}")
-        object.__setattr__(self, "max_qvel", bound)
-
-    def guard(self) -> guards.Guard:
-        """The instability guard this check stands for."""
-        return guards.instability(self.max_qvel, "truncate" if self.truncate else "warn")
 
 
 @pytree_dataclass
@@ -172,8 +135,3 @@ class Report:
         out["overflow_steps"] = int(self.overflow_count.sum())
         out["resets"] = int(self.reset_count.sum())
         return out
-
-
-def describe(worlds: np.ndarray, check: Check) -> str:
-    """A message naming the unstable worlds and the ways out."""
-    return guards.Unstable(check.max_qvel).message(worlds, None)

@@ -152,8 +152,9 @@ _INFO = {
 
 
 def _models_dir() -> Path:
-    packaged = Path(__file__).parent / "_models"  # wheel installs carry a copy
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[1] / "models"
+    package = Path(__file__).resolve().parents[1]  # mjxrunner/
+    packaged = package / "_models"  # wheel installs carry a copy
+    return packaged if packaged.is_dir() else package.parent / "models"
 
 
 def list() -> list[str]:  # noqa: A001 - the registry's verb, as in mjxrunner.models.list()

@@ -15,8 +15,8 @@ import jax
 from mjxrunner import tasks
 from mjxrunner.engine import archive, codec, core, params
 from mjxrunner.engine import batch as engine
-from mjxrunner.engine import guards as guards_
 from mjxrunner.engine.archive import CheckpointError, every_key, fill, read, write
+from mjxrunner.engine.options import Options
 from mjxrunner.engine.sharding import host_copy
 from mjxrunner.engine.worlds import FlatModel
 from mjxrunner.rl import episode, functional, restart
@@ -59,17 +59,11 @@ def save_env(path: str | os.PathLike, env: Any, state: Any) -> Path:
             f"state has num_envs={state.num_envs}, the env has num_envs={env.num_envs}"
         )
     config = env.config
-    unstable = guards_.find(config.guards, "unstable")
-    policies = {
-        "overflow_policy": guards_.find(config.guards, "overflow").policy,
-        "instability_policy": unstable.policy,
-        "max_qvel": unstable.detect.max_qvel,
-    }
     parts = {"state": _as_tree(state), "model": env.model.tree}
     if env.pool is not None:
         parts["pool"] = env.pool
     fields = {
-        **codec.engine_fields(config, env.model.tree, state.runner.user, env.ref, policies),
+        **codec.engine_fields(config, env.model.tree, state.runner.user, env.ref),
         "task": env.task.name,
         "autoreset": episode.AUTORESET_MODES[int(host_copy(env.mode))],
         "pool_size": env.pool_size,
@@ -134,15 +128,9 @@ def load_env(
         n,
         autoreset=header["autoreset"],
         model=mj_model,
-        device=device,
-        overflow_policy=header["overflow_policy"],
-        instability_policy=header["instability_policy"],
-        max_qvel=header["max_qvel"],
-        guards=guards,
         devices=devices,
         restart_slots=header.get("restart_slots"),  # absent from older files
-        **codec.event_options(header),
-        **header["options"],
+        options=Options.from_header(header).replace(device=device, guards=guards),
     )
     norm = header.get("obs_normalization")  # absent from older files
     if norm is not None:

@@ -19,10 +19,12 @@ import numpy as np
 from mujoco import mjx
 
 from mjxrunner import tasks as tasks_
-from mjxrunner.engine import backend, checks, core, health, params, sharding
+from mjxrunner.engine import backend, checks, core, params, sharding
 from mjxrunner.engine import batch as engine
 from mjxrunner.engine import guards as guards_
+from mjxrunner.engine import options as options_
 from mjxrunner.engine.models import HostModel, action_bounds, keyframe_id, load_any, start_data
+from mjxrunner.engine.options import Options
 from mjxrunner.engine.worlds import (
     FlatModel,
     pytree_dataclass,
@@ -274,28 +276,16 @@ def make(
     num_envs: int,
     *,
     autoreset: str = "next_step",
-    impl: str = "jax",
-    device: Any = None,
     model: mujoco.MjModel | str | os.PathLike | None = None,
     reset_pool: int = 0,
     pool_seed: int = 0,
     restart_slots: int | None = None,
     normalize_obs: bool = False,
     obs_clip: float | None = None,
-    graph_mode: str | None = None,
-    naconmax: int | None = None,
-    njmax: int | None = None,
-    naccdmax: int | None = None,
-    nvmax: int | None = None,
-    overflow_policy: str = "truncate",
-    instability_policy: str = "truncate",
-    max_qvel: float = health.MAX_QVEL,
-    guards: Any = (),
     devices: Any = None,
     groups: Any = None,
-    latency: Any = None,
-    pushes: Any = None,
-    collision_enabled: bool = True,
+    options: Options | None = None,
+    **kwargs: Any,
 ) -> Env:
     """Builds an :class:`Env`: loads the scene, puts it on device, forwards the start.
 
@@ -303,8 +293,6 @@ def make(
       task: a :class:`Task` or a registered task name (``mjxrunner.tasks.list()``).
       num_envs: number of worlds, ``>= 1``.
       autoreset: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
-      impl: MJX implementation, ``"jax"`` or ``"warp"``.
-      device: None (JAX's default), a ``jax.Device`` or a platform name.
       model: the scene to use instead of ``task.model`` (an ``MjModel``, a name, a
         path or MJCF text), e.g. an edited copy with the same joints.
       reset_pool: if > 0, restarts draw from this many cached starts
@@ -318,26 +306,29 @@ def make(
       normalize_obs: normalize observations by running statistics on device
         (see :meth:`Env.with_obs_normalization`).
       obs_clip: with ``normalize_obs``, None or the bound of normalized values.
-      graph_mode, naconmax, njmax, naccdmax, nvmax: Warp options, as for
-        :class:`~mjxrunner.MultiEnvRunner`.
-      overflow_policy, instability_policy, max_qvel, guards: the guards, as for the
-        runner; the env's policies default to ``"truncate"`` (autoreset restarts).
       devices: None, or devices to split the worlds over (see :meth:`Env.shard`).
       groups: None, or worlds of several scenes: a sequence of ``(model, n)`` or
         ``(model, n, options)`` whose sizes sum to ``num_envs``; returns a
         :class:`~mjxrunner.rl.group_env.GroupEnv`, which every function here takes
         (see :mod:`mjxrunner.rl.group_env`). The other arguments apply to every group.
-      latency, pushes, collision_enabled: action latency, random pushes and
-        contacts, as for the runner (see :func:`mjxrunner.engine.configure`).
+      options: the engine's :class:`~mjxrunner.engine.Options` (None: the env's
+        defaults, :data:`mjxrunner.engine.options.ENV`: every policy
+        ``"truncate"``, so autoreset restarts).
+      **kwargs: any option of ``Options`` by name (``impl``, ``device``, Warp
+        capacities, the guards and their policies, events, contacts), changing
+        ``options``.
 
     Raises:
       TypeError, ValueError: an argument of the wrong kind or out of range.
     """
+    opts = options_.of(options_.ENV, options, **kwargs)
     if groups is not None:
-        options = {k: v for k, v in locals().items() if k not in ("task", "num_envs", "groups")}
-        if options.pop("model") is not None:
+        common = {k: v for k, v in locals().items() if k not in ("task", "num_envs", "groups")}
+        for name in ("options", "kwargs", "opts"):
+            del common[name]
+        if common.pop("model") is not None:
             raise ValueError("with groups=, give each group its model: [(model, n), ...]")
-        genv = _GROUPS["make"](task, groups, **options)
+        genv = _GROUPS["make"](task, groups, options=opts, **common)
         if genv.num_envs != checks.count(num_envs, "num_envs"):
             raise ValueError(f"the groups hold {genv.num_envs} worlds, but num_envs is {num_envs}")
         return genv
@@ -347,7 +338,7 @@ def make(
         raise TypeError(f"task must be a mjxrunner.tasks.Task or a name, got {type(task)}")
     num_envs = checks.count(num_envs, "num_envs")
     mode = _mode_code(autoreset)
-    backend.check_impl(impl)
+    impl = backend.check_impl(opts.impl)
     reset_pool = checks.count(reset_pool, "reset_pool", minimum=0)
     pool_seed = checks.count(pool_seed, "pool_seed", minimum=0)
     if restart_slots is None:
@@ -374,24 +365,7 @@ def make(
             raise ValueError(
                 f"task {task.name!r}: no keyframe {task.keyframe!r}; has {names}"
             ) from None
-    config = engine.configure(
-        m,
-        num_envs,
-        impl=impl,
-        device=device,
-        graph_mode=graph_mode,
-        naconmax=naconmax,
-        njmax=njmax,
-        naccdmax=naccdmax,
-        nvmax=nvmax,
-        overflow_policy=overflow_policy,
-        instability_policy=instability_policy,
-        max_qvel=max_qvel,
-        guards=guards,
-        latency=latency,
-        pushes=pushes,
-        collision_enabled=collision_enabled,
-    )
+    config = engine.configure(m, num_envs, opts)
     b = config.backend
     low, high = action_bounds(m)
     dtype = backend.float_dtype()

@@ -1,0 +1,156 @@
+"""Every option of the engine, in one frozen dataclass that every door passes through.
+
+The runner, the env, the doors and checkpoints take an :class:`Options` (or the same
+names as keyword arguments), hand it to :func:`mjxrunner.engine.configure` and save
+it once (:meth:`Options.to_header`). Adding an option touches its owner and this
+module only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from mjxrunner.engine import events, guards
+from mjxrunner.engine.guards import MAX_QVEL
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The engine's options (hashable: part of the static configuration).
+
+    Attributes:
+      impl: MJX implementation, ``"jax"`` or ``"warp"``; always passed to MJX.
+      device: None (JAX's default), a ``jax.Device`` or a platform name.
+      graph_mode: Warp's CUDA graph mode (None: MJX's default for the device).
+      naconmax: Warp's contact pool for all worlds together (None: from the model).
+      njmax: Warp's constraint rows per world (None: from the model).
+      naccdmax: Warp's CCD contacts per world (None: from the model).
+      nvmax: Warp's active DOFs per world, for island compaction (None: ``nv``);
+        see :func:`mjxrunner.engine.backend.capacities`.
+      overflow_policy: the Warp overflow guard's policy: ``"raise"`` (roll back the
+        step, ``CapacityOverflowError``), ``"warn"`` or ``"truncate"`` (on device).
+      instability_policy: the instability guard's policy (NaN/Inf state or
+        ``|qvel| > max_qvel``): ``"truncate"`` (mark the world truncated, on
+        device), ``"warn"`` or ``"raise"`` (roll back the step). ``"reset"``, its
+        older name, warns and means ``"truncate"``.
+      max_qvel: the ``|qvel|`` above which a world counts as unstable (MuJoCo's
+        ``mjMAXVAL``, 1e10, by default).
+      guards: your own :class:`~mjxrunner.engine.guards.Guard` s, after the
+        standard ones (functions: not saved in checkpoints).
+      latency: None, an :class:`~mjxrunner.engine.events.Latency`, or an int (a fixed
+        delay in control steps).
+      pushes: None or an :class:`~mjxrunner.engine.events.Pushes`.
+      collision_enabled: False steps every world with its contacts switched off.
+    """
+
+    impl: str = "jax"
+    device: Any = None
+    graph_mode: str | None = None
+    naconmax: int | None = None
+    njmax: int | None = None
+    naccdmax: int | None = None
+    nvmax: int | None = None
+    overflow_policy: str = "raise"
+    instability_policy: str = "truncate"
+    max_qvel: float = MAX_QVEL
+    guards: tuple = ()
+    latency: Any = None
+    pushes: Any = None
+    collision_enabled: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.guards, tuple):  # hashable, as the configuration must be
+            object.__setattr__(self, "guards", tuple(self.guards))
+
+    def replace(self, **changes: Any) -> Options:
+        return of(self, **changes)
+
+    def guard_set(self, backend: Any) -> tuple[guards.Guard, ...]:
+        """The guards of every step (:func:`mjxrunner.engine.guards.standard`, then
+        the user's) on ``backend`` (a :class:`~mjxrunner.engine.backend.Backend`)."""
+        return guards.standard(
+            instability_policy=self.instability_policy,
+            max_qvel=self.max_qvel,
+            # impl "jax" never overflows: no host read-back for a guard that cannot trip
+            overflow_policy=self.overflow_policy if backend.impl == "warp" else "truncate",
+            caps=backend.caps,
+            extra=self.guards,
+        )
+
+    def to_header(self) -> dict[str, Any]:
+        """The checkpoint header's fields of these options (user guards aside: they
+        are functions; the header lists every guard's name and policy apart)."""
+        backend = ("impl", "graph_mode", "naconmax", "njmax", "naccdmax", "nvmax")
+        return {
+            "options": {k: getattr(self, k) for k in backend},
+            "overflow_policy": self.overflow_policy,
+            "instability_policy": self.instability_policy,
+            "max_qvel": self.max_qvel,
+            "latency": events.latency_to_json(events.check_latency(self.latency)),
+            "pushes": None if self.pushes is None else self.pushes.to_json(),
+            "collision_enabled": self.collision_enabled,
+        }
+
+    @classmethod
+    def from_header(cls, header: Mapping[str, Any]) -> Options:
+        """The options a checkpoint header records (the events and the contact switch
+        are absent from older files: none, contacts on)."""
+        pushes = header.get("pushes")
+        return of(
+            cls(),
+            **header["options"],
+            overflow_policy=header["overflow_policy"],
+            instability_policy=_current(header["instability_policy"], warn=False),
+            max_qvel=header["max_qvel"],
+            latency=events.latency_from_json(header.get("latency")),
+            pushes=None if pushes is None else events.Pushes.from_json(pushes),
+            collision_enabled=header.get("collision_enabled", True),
+        )
+
+
+HEADER_KEYS = ("options", "overflow_policy", "instability_policy", "max_qvel")
+"""The header fields of the options that every runner or env checkpoint holds (the
+others are absent from older files)."""
+
+NAMES = tuple(f.name for f in dataclasses.fields(Options))
+"""The option names, as keyword arguments of the runner, the env and the doors."""
+
+RUNNER = Options()
+"""The runner's defaults."""
+
+ENV = Options(overflow_policy="truncate")
+"""The env's defaults: every policy truncates on device, so autoreset restarts."""
+
+
+def _current(policy: Any, warn: bool = True) -> Any:
+    if policy != "reset":
+        return policy
+    if warn:
+        # stacklevel 4: the caller of the runner's or env's constructor
+        warnings.warn(
+            'instability_policy="reset" is deprecated: it means "truncate"; say "truncate"',
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    return "truncate"
+
+
+def of(base: Options | None = None, options: Options | None = None, **kwargs: Any) -> Options:
+    """``options`` (or ``base``, the door's defaults) with the keyword arguments
+    ``kwargs`` (any of :data:`NAMES`) changed.
+
+    Raises:
+      TypeError: ``options`` is not an :class:`Options`, or a keyword is not an option.
+    """
+    if options is not None and not isinstance(options, Options):
+        raise TypeError(f"options must be a mjxrunner.engine.Options, got {options!r}")
+    unknown = sorted(set(kwargs) - set(NAMES))
+    if unknown:
+        raise TypeError(f"unknown engine option(s) {unknown}; the options are {list(NAMES)}")
+    start = options if options is not None else (base if base is not None else RUNNER)
+    if "instability_policy" in kwargs:
+        kwargs["instability_policy"] = _current(kwargs["instability_policy"])
+    return dataclasses.replace(start, **kwargs)
