@@ -159,7 +159,7 @@ def test_absurd_control_blows_up_one_world_only(fresh):
     report = dirty.health
     np.testing.assert_array_equal(report.unstable, np.arange(N) == BAD)
     np.testing.assert_array_equal(report.unstable_count, np.arange(N) == BAD)
-    np.testing.assert_array_equal(dirty.truncated, np.arange(N) == BAD)  # policy "reset"
+    np.testing.assert_array_equal(dirty.truncated, np.arange(N) == BAD)  # policy "truncate"
     assert not clean.health.unstable.any() and not clean.truncated.any()
     assert report.totals()["unstable_events"] == 1
 

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from mjxrunner import CompileCounter, MultiEnvRunner, tasks
-from mjxrunner.engine import batch as engine
+from mjxrunner import CompileCounter, MultiEnvRunner, engine, tasks
 from mjxrunner.engine import core
 from mjxrunner.engine.events import Latency, Pushes
 from mjxrunner.engine.params import Term

@@ -98,9 +98,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def upward(graph: dict[str, set[str]]) -> list[str]:
     """Every import of a module from a higher layer than its own."""
-    return sorted(
-        f"{a} -> {b}" for a, edges in graph.items() for b in edges if rank(b) > rank(a)
-    )
+    return sorted(f"{a} -> {b}" for a, edges in graph.items() for b in edges if rank(b) > rank(a))
 
 
 def test_the_graph_is_read_with_imports_inside_functions():

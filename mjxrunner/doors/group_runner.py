@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mjxrunner.doors import layout, runner_io
+from mjxrunner.doors import controls, layout, runner_io
 from mjxrunner.doors import runner as runner_
 from mjxrunner.engine import backend, checks, health, params
 from mjxrunner.engine import batch as engine
@@ -39,7 +39,7 @@ from mjxrunner.engine.sharding import host_copy
 
 def _advance_all(configs, models, default_models, refs, states, scratches, dt, substeps, collides):
     return tuple(
-        runner_._advance_into(*args, dt, substeps, collide)
+        engine.advance(*args, dt, substeps, collide)
         for *args, collide in zip(
             configs, models, default_models, refs, states, scratches, collides, strict=True
         )
@@ -70,7 +70,7 @@ _redraw = jax.jit(_redraw_all, static_argnums=(0,))
 _set_ctrl = jax.jit(_set_ctrl_all, donate_argnums=(0,))
 
 
-class GroupRunner(layout.Layout):  # layouts over global ids
+class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
     """Worlds of several scenes behind one world index; see the module docstring.
 
     Args:
@@ -196,35 +196,12 @@ class GroupRunner(layout.Layout):  # layouts over global ids
         """``(num_envs, action_dim())`` NumPy copy of the controls, zero-padded."""
         return padded([host_copy(m.control) for m in self._members], self.action_dim())
 
-    def set_actions(self, actions: Any, env_ids: Any = None) -> None:
-        """Sets the controls of all worlds, or of global ``env_ids`` only.
-
-        Args:
-          actions: ``(num_envs, action_dim())``, or ``(len(env_ids), action_dim())``;
-            finite. A group with fewer actuators takes the first ``nu`` columns.
-          env_ids: None or unique global world ids.
-        """
-        n = self.num_envs
-        ids = np.arange(n) if env_ids is None else checks.env_ids(env_ids, n)
-        shape = (len(ids), self.action_dim())
-        values = checks.finite_array(actions, "actions", shape, backend.float_dtype())
-        full = np.zeros((n, shape[1]), values.dtype)
-        full[ids] = values
-        mask = np.zeros((n,), bool)
-        mask[ids] = True
-        self._write_ctrl(mask, full)
-
-    def clear_actions(self, env_ids: Any = None) -> None:
-        """Zeroes the controls of all worlds, or of global ``env_ids`` only."""
-        mask = checks.ids_mask(env_ids, self.num_envs)
-        self._write_ctrl(mask, np.zeros((self.num_envs, self.action_dim()), backend.float_dtype()))
-
     def _write_ctrl(self, mask: np.ndarray, full: np.ndarray) -> None:
         members, index = self._members, self._index
         values = [v[:, : m.action_dim()] for v, m in zip(index.split(full), members, strict=True)]
         ctrls = _set_ctrl(tuple(m.state.ctrl for m in members), index.split(mask), values)
         for m, ctrl in zip(members, ctrls, strict=True):
-            m._eng = m._eng.replace(state=m.state.replace(ctrl=ctrl))
+            m.engine = m.engine.replace(state=m.state.replace(ctrl=ctrl))
 
     def set_done_flags(self, terminated: Any, truncated: Any) -> None:
         """Replaces the ``(num_envs,)`` bool ``terminated`` and ``truncated`` flags."""
@@ -248,8 +225,8 @@ class GroupRunner(layout.Layout):  # layouts over global ids
         substeps = checks.count(substeps, "substeps")
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
-        engs = [m._eng for m in self._members]
-        redraws = [runner_._redraws_in_step(e.config) for e in engs]
+        engs = [m.engine for m in self._members]
+        redraws = [engine.redraws_in_step(e.config) for e in engs]
         out = _advance(
             tuple(e.config for e in engs),
             tuple(e.model for e in engs),
@@ -364,12 +341,12 @@ class GroupRunner(layout.Layout):  # layouts over global ids
 
     def _engine_fields(self, *names: str) -> list[tuple]:
         """Per name, the tuple of that field of every group's engine."""
-        return [tuple(getattr(m._eng, name) for m in self._members) for name in names]
+        return [tuple(getattr(m.engine, name) for m in self._members) for name in names]
 
     def _take(self, out: Sequence[tuple[Any, Any]]) -> None:
         """Every group's new ``(model, state)``."""
         for m, (model, state) in zip(self._members, out, strict=True):
-            m._eng = m._eng.replace(model=model, state=state)
+            m.engine = m.engine.replace(model=model, state=state)
 
     # --- devices ----------------------------------------------------------------------------
 

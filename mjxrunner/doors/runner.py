@@ -20,15 +20,15 @@ import mujoco
 import numpy as np
 from jax.sharding import Mesh
 
-from mjxrunner.doors import layout, runner_io
-from mjxrunner.engine import backend, checks, health, params, sharding
+from mjxrunner.doors import controls, layout, runner_io
+from mjxrunner.engine import backend, checks, health, params, sharding, statevec
 from mjxrunner.engine import batch as engine
 from mjxrunner.engine import guards as guards_  # the constructor's ``guards`` argument shadows it
 from mjxrunner.engine import options as options_
 from mjxrunner.engine.models import load_any
 from mjxrunner.engine.options import Options
 from mjxrunner.engine.sharding import host_copy
-from mjxrunner.engine.worlds import FlatModel, world_mask
+from mjxrunner.engine.worlds import world_mask
 
 _GROUPS: dict[str, Any] = {}
 """What :mod:`.group_runner` registers when it loads (``"runner"``: ``GroupRunner``)."""
@@ -39,41 +39,25 @@ def register_groups(group_runner: type) -> None:
     _GROUPS["runner"] = group_runner
 
 
-def _advance_into(config, model, default_model, ref, state, scratch, dt, substeps, collide=None):
-    del scratch  # donated: its buffers receive the new state
-    model, state = engine.advance(config, model, default_model, ref, state, dt, substeps, collide)
-    # Only a redraw in the step changes the model: returning its ~100 leaves otherwise
-    # costs a buffer per leaf per call (0.3 ms a step at 256 cartpoles).
-    return (model if _redraws_in_step(config) else None), state
-
-
-def _redraws_in_step(config) -> bool:
-    rand = config.randomization
-    return rand is not None and rand.every_n_steps > 0
-
-
-def _roll_into(
-    config, model, state, scratch, actions_or_policy, n_steps, dt, substeps, collide=None
-):
-    del scratch  # donated, as in _advance_into
-    return engine.roll(config, model, state, actions_or_policy, n_steps, dt, substeps, collide)
-
-
 def _set_ctrl(ctrl, mask, values):
     # Only ctrl goes in and out: passing the whole state costs ~0.4 ms of per-leaf
     # dispatch per call, as much as a step of hundreds of cartpoles.
     return jnp.where(mask[:, None], values, ctrl)
 
 
-_advance = jax.jit(_advance_into, static_argnums=(0, 7), donate_argnums=(5,), keep_unused=True)
-_roll_actions = jax.jit(_roll_into, static_argnums=(0, 5, 7), donate_argnums=(3,), keep_unused=True)
-# A policy is a function, so it is static: one compile per policy object.
-_roll_policy = jax.jit(
-    _roll_into, static_argnums=(0, 4, 5, 7), donate_argnums=(3,), keep_unused=True
-)
-_restore = jax.jit(engine.restore, static_argnums=(0, 8), donate_argnums=(4,))
-_get_state = jax.jit(engine.get_state, static_argnums=(0, 3))
-_set_state = jax.jit(engine.set_state, static_argnums=(0, 5, 6), donate_argnums=(2,))
+_advance = jax.jit(engine.advance, static_argnums=(0, 7), donate_argnums=(5,), keep_unused=True)
+_roll = {  # a policy is a function, so it is static: one compile per policy object
+    policy: jax.jit(
+        engine.roll,
+        static_argnums=(0, 3, 4, 6) if policy else (0, 4, 6),
+        donate_argnums=(8,),
+        keep_unused=True,
+    )
+    for policy in (False, True)
+}
+_reset = jax.jit(engine.reset, static_argnums=(3,))
+_get_state = jax.jit(statevec.get_state, static_argnums=(0, 3))
+_set_state = jax.jit(statevec.set_state, static_argnums=(0, 5, 6), donate_argnums=(2,))
 _redraw = jax.jit(engine.redraw, static_argnums=(0,))
 _contact_count = jax.jit(engine.contact_count, static_argnums=(0,))
 _set_ctrl_fn = jax.jit(_set_ctrl, donate_argnums=(0,))
@@ -81,13 +65,7 @@ _set_flags = jax.jit(lambda s, te, tr: s.replace(terminated=te, truncated=tr), d
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 
-def _flag(value: Any, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
-    return bool(value)
-
-
-class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
+class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display metadata, never physics
     """``num_envs`` MuJoCo worlds stepped together on MJX.
 
     Args:
@@ -172,7 +150,20 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
 
     model = property(lambda self: self._eng.model.tree, doc="The device ``mjx.Model``.")
     mj_model = property(lambda self: self._mj_model, doc="The host ``MjModel`` built from.")
-    engine = property(lambda self: self._eng, doc="The :class:`~mjxrunner.engine.Engine`.")
+
+    @property
+    def engine(self) -> engine.Engine:
+        """The :class:`~mjxrunner.engine.Engine`: config, models, state, snapshot."""
+        return self._eng
+
+    @engine.setter
+    def engine(self, new: engine.Engine) -> None:
+        # For shells over several runners (the group runner): the same configuration,
+        # so the scratch buffer and the compiled functions still fit.
+        if not isinstance(new, engine.Engine) or new.config != self._eng.config:
+            raise ValueError("a runner's engine can only be replaced by one of the same config")
+        self._eng = new
+
     state = property(lambda self: self._eng.state, doc="The current ``RunnerState``.")
     _default = property(lambda self: self._eng.default)
     data = property(lambda self: self._eng.state.data, doc="Current batched ``mjx.Data``.")
@@ -246,29 +237,6 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
 
     # --- controls and flags -----------------------------------------------------
 
-    def set_actions(self, actions: Any, env_ids: Any = None) -> None:
-        """Sets the controls of all worlds, or of ``env_ids`` only.
-
-        Args:
-          actions: ``(num_envs, nu)``, or ``(len(env_ids), nu)`` with ``env_ids``;
-            finite real numbers. MuJoCo clamps them to ``ctrlrange`` when limited.
-          env_ids: None or unique world indices.
-        """
-        n = self.num_envs
-        ids = np.arange(n) if env_ids is None else checks.env_ids(env_ids, n)
-        shape = (len(ids), self.action_dim())
-        values = checks.finite_array(actions, "actions", shape, backend.float_dtype())
-        full = np.zeros((n, self.action_dim()), values.dtype)
-        full[ids] = values  # row k of actions belongs to world ids[k]
-        mask = np.zeros((n,), bool)
-        mask[ids] = True
-        self._write_ctrl(mask, full)
-
-    def clear_actions(self, env_ids: Any = None) -> None:
-        """Zeroes the controls of all worlds, or of ``env_ids`` only."""
-        mask = checks.ids_mask(env_ids, self.num_envs)
-        self._write_ctrl(mask, np.zeros((self.num_envs, self.action_dim()), backend.float_dtype()))
-
     def _write_ctrl(self, mask: np.ndarray, full: np.ndarray) -> None:
         state = self.state
         self._eng = self._eng.replace(
@@ -302,7 +270,7 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         eng = self._eng
         # The default model is an argument only when a redraw can need it: fewer leaves
         # to dispatch on every call.
-        default_model = eng.default_model if _redraws_in_step(eng.config) else None
+        default_model = eng.default_model if engine.redraws_in_step(eng.config) else None
         model, new = _advance(
             eng.config,
             eng.model,
@@ -405,24 +373,15 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
         collide = self._collide(collide)
-        fn = _roll_policy if callable(actions_or_policy) else _roll_actions
+        fn = _roll[callable(actions_or_policy)]
         if not callable(actions_or_policy):
             shape = (n_steps, self.num_envs, self.action_dim())
             actions_or_policy = checks.finite_array(
                 actions_or_policy, "actions", shape, backend.float_dtype()
             )
         eng = self._eng
-        new, trajectory = fn(
-            eng.config,
-            eng.model,
-            eng.state,
-            self._scratch,
-            actions_or_policy,
-            n_steps,
-            dt,
-            substeps,
-            collide,
-        )
+        args = (actions_or_policy, n_steps, dt, substeps, collide, self._scratch)
+        new, trajectory = fn(eng.config, eng.model, eng.state, *args)
         self._swap(eng.replace(state=new))
         return trajectory
 
@@ -447,20 +406,8 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         n = self.num_envs
         if mask is not None:
             mask = checks.bool_vector(mask, "mask", (n, n + 1))
-        update_fk = _flag(update_fk, "update_fk")
-        eng = self._eng
-        model, state = _restore(
-            eng.config,
-            eng.model,
-            eng.default_model,
-            eng.ref,
-            eng.state,
-            eng.default,
-            mask,
-            None,
-            update_fk,
-        )
-        self._eng = eng.replace(model=model, state=state)
+        update_fk = checks.flag(update_fk, "update_fk")
+        self._eng = _reset(self._eng, mask, None, update_fk)
 
     def reset_all(self, update_fk: bool = True) -> None:
         """Restores every world and every shared leaf; the RNG keeps advancing."""
@@ -487,7 +434,7 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
           rows in the order given. ``mjSTATE_CTRL`` reads the controls set with
           :meth:`set_actions` (the command, before any latency).
         """
-        spec = engine.state_spec(self._mj_model, spec)
+        spec = statevec.state_spec(self._mj_model, spec)
         ids = None if env_ids is None else checks.env_ids(env_ids, self.num_envs)
         eng = self._eng
         out = host_copy(_get_state(eng.config, eng.model, eng.state, spec))
@@ -514,16 +461,11 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         ``mjSTATE_CTRL`` also sets the controls. Counters, flags, latency queues and
         push timers are not part of a MuJoCo state and are left as they are.
         """
-        spec = engine.state_spec(self._mj_model, spec)
-        update_fk = _flag(update_fk, "update_fk")
-        n = self.num_envs
-        ids = np.arange(n) if env_ids is None else checks.env_ids(env_ids, n)
+        spec = statevec.state_spec(self._mj_model, spec)
+        update_fk = checks.flag(update_fk, "update_fk")
         size = mujoco.mj_stateSize(self._mj_model, spec)
-        values = checks.finite_array(states, "states", (len(ids), size), backend.float_dtype())
-        full = np.zeros((n, size), values.dtype)
-        full[ids] = values
-        mask = np.zeros((n,), bool)
-        mask[ids] = True
+        dtype = backend.float_dtype()
+        mask, full = checks.world_rows(states, "states", env_ids, self.num_envs, size, dtype)
         eng = self._eng
         state = _set_state(eng.config, eng.model, eng.state, full, mask, spec, update_fk)
         self._eng = eng.replace(state=state)
@@ -624,26 +566,7 @@ class MultiEnvRunner(layout.Layout):  # layouts: display metadata, never physics
         if fields is not None:
             self._write_params(params.field_values(self.model, fields))
             return
-        if not isinstance(source, mujoco.MjModel):
-            raise TypeError(f"source must be a mujoco.MjModel, got {type(source).__name__}")
-        host = copy.copy(source)
-        mujoco.mj_setConst(host, mujoco.MjData(host))
-        eng = self._eng
-        try:
-            b = backend.Backend.make(host, self.num_envs, **eng.config.backend.options)
-            new = self._put(FlatModel.of(b.put_model(host)))
-        except ValueError as e:
-            raise ValueError(f"update_model: {e}") from e
-        if engine.structure(new) != engine.structure(eng.default_model):
-            raise ValueError(
-                "update_model: the host model differs in structure (sizes or static "
-                "fields such as joint, geom or actuator types), which is compiled into "
-                "the step; build a new MultiEnvRunner for it"
-            )
-        self._mj_model = host
-        # The mass constants' reference follows the new host model.
-        ref = None if eng.ref is None else params.Reference.build(host, self.device)
-        self._eng = eng.replace(model=new, ref=ref)
+        self._mj_model, self._eng = engine.with_host_model(self._eng, source)
 
     def set_gravity(self, gravity: Any, world: int | None = None) -> None:
         """Sets gravity ``(3,)`` for every world (shared) or for world ``world`` only.

@@ -3,18 +3,19 @@
 Owns the world-axis rule (:mod:`.worlds`), the batched state (:mod:`.state`), the
 backends and their capacities (:mod:`.backend`), the physics step and masked resets
 (:mod:`.core` for one device's worlds, :mod:`.batch` for an :class:`Engine` over its
-mesh), guards and health, per-world parameters and randomization (:mod:`.params`),
-action latency and pushes (:mod:`.events`), sharding, the model registry
-(:mod:`.models`), heterogeneous-world bookkeeping (:mod:`.groups`), input checks
-(:mod:`.checks`), every option in one dataclass (:mod:`.options`), the checkpoint
-file format (:mod:`.archive`, the engine's fields :mod:`.codec`) and the CPU patches
-(:mod:`.cpu_linalg`, :mod:`.cpu_fusion`).
+mesh), MuJoCo's state vectors (:mod:`.statevec`), guards and health, per-world
+parameters and randomization (:mod:`.params`), action latency and pushes
+(:mod:`.events`), sharding, the model registry (:mod:`.models`), heterogeneous-world
+bookkeeping (:mod:`.groups`), input checks (:mod:`.checks`), every option in one
+dataclass (:mod:`.options`), the checkpoint file format (:mod:`.archive`, the
+engine's fields :mod:`.codec`) and the CPU patches (:mod:`.cpu_linalg`,
+:mod:`.cpu_fusion`).
 
 May import: JAX, MuJoCo, MJX, NumPy, and modules of this subpackage only.
 
-The functions of :mod:`.batch` (``configure``, ``build``, ``step``, ``reset``,
-``rollout``, ...) are re-exported here, so ``mjxrunner.engine.step(eng)`` reads as
-it always did.
+The functions of :mod:`.batch` and :mod:`.statevec` (``configure``, ``build``,
+``step``, ``reset``, ``rollout``, ``get_state``, ...) and :class:`.options.Options`
+are re-exported here, so ``mjxrunner.engine.step(eng)`` reads as it always did.
 """
 
 from mjxrunner.engine import cpu_fusion, cpu_linalg
@@ -28,5 +29,7 @@ cpu_fusion.install()
 from mjxrunner.engine.batch import *  # noqa: E402, F403 - the engine's functions
 from mjxrunner.engine.batch import __all__ as _batch_all  # noqa: E402
 from mjxrunner.engine.options import Options  # noqa: E402
+from mjxrunner.engine.statevec import *  # noqa: E402, F403 - the state vectors' functions
+from mjxrunner.engine.statevec import __all__ as _statevec_all  # noqa: E402
 
-__all__ = ["Options", "cpu_fusion", "cpu_linalg", *_batch_all]
+__all__ = ["Options", "cpu_fusion", "cpu_linalg", *_batch_all, *_statevec_all]

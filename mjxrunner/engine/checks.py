@@ -137,3 +137,29 @@ def spacing(value: Any, num_envs: int) -> float:
             "overflows float64"
         )
     return value
+
+
+def flag(value: Any, name: str) -> bool:
+    """``value`` if it is a bool (NumPy's too), else TypeError."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def world_rows(
+    values: Any, name: str, env_ids: Any, num_envs: int, width: int, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask, full)`` of rows given for every world (``env_ids=None``: values
+    ``(num_envs, width)``) or for unique ``env_ids`` (``(len(env_ids), width)``, row
+    ``k`` for world ``env_ids[k]``): ``(num_envs,)`` bool of the worlds given and
+    ``(num_envs, width)`` finite values of ``dtype``, zero elsewhere."""
+    ids = np.arange(num_envs) if env_ids is None else env_ids_(env_ids, num_envs)
+    rows = finite_array(values, name, (len(ids), width), dtype)
+    full = np.zeros((num_envs, width), rows.dtype)
+    full[ids] = rows
+    mask = np.zeros((num_envs,), bool)
+    mask[ids] = True
+    return mask, full
+
+
+env_ids_ = env_ids  # world_rows' ``env_ids`` argument shadows the function

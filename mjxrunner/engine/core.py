@@ -201,6 +201,14 @@ def step(
     """
     state, ctrl = events.before_physics(state, pushes)
     data, overflow = physics_step(model, state.data, ctrl, dt, substeps, collide)
+    return after_physics(state, data, overflow, guards)
+
+
+def after_physics(
+    state: RunnerState, data: mjx.Data, overflow: jax.Array, guards: Sequence[guards.Guard]
+) -> RunnerState:
+    """``state`` advanced to the stepped ``data``: the episode counters, this step's
+    overflow bits, and the guards' flags, counts and truncations."""
     tripped, new, truncate = _guards.after_step(guards, data, state.tripped)
     return state.replace(
         data=data,

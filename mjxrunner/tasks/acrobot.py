@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from mujoco import mjx
 
+from mjxrunner.tasks import rewards
 from mjxrunner.tasks.base import Task, never_terminated
 
 
@@ -30,16 +31,13 @@ def observation(model: mjx.Model, data: mjx.Data) -> jax.Array:
 def reward(model: mjx.Model, data: mjx.Data, action: jax.Array, next_data: mjx.Data) -> jax.Array:
     """In [0, 1]: the tip's height, 0 hanging straight down, 1 straight up."""
     del model, data, action
-    return ((tip_height(next_data) + 2.0) / 4.0).astype(next_data.qpos.dtype)
+    return rewards.to_unit(tip_height(next_data), 2.0).astype(next_data.qpos.dtype)
 
 
 def start(model: mjx.Model, data: mjx.Data, key: jax.Array) -> mjx.Data:
     """Hanging, angles uniform in +-0.1 around it, velocities uniform in +-0.05."""
     del model
-    k_pos, k_vel = jax.random.split(key)
-    qpos = data.qpos + jax.random.uniform(k_pos, data.qpos.shape, data.qpos.dtype, -0.1, 0.1)
-    qvel = jax.random.uniform(k_vel, data.qvel.shape, data.qvel.dtype, -0.05, 0.05)
-    return data.replace(qpos=qpos, qvel=qvel)
+    return rewards.uniform_around_rest(data, key, 0.1, 0.05)
 
 
 SWINGUP = Task(

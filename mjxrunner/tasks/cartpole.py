@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from mujoco import mjx
 
+from mjxrunner.tasks import rewards
 from mjxrunner.tasks.base import Task, never_terminated
 
 BALANCE_ANGLE = 0.2
@@ -48,10 +49,7 @@ def balance_reward(
 def balance_start(model: mjx.Model, data: mjx.Data, key: jax.Array) -> mjx.Data:
     """Near upright: each of ``qpos``, ``qvel`` uniform in +-0.05 around rest."""
     del model
-    k_pos, k_vel = jax.random.split(key)
-    qpos = data.qpos + jax.random.uniform(k_pos, data.qpos.shape, data.qpos.dtype, -0.05, 0.05)
-    qvel = jax.random.uniform(k_vel, data.qvel.shape, data.qvel.dtype, -0.05, 0.05)
-    return data.replace(qpos=qpos, qvel=qvel)
+    return rewards.uniform_around_rest(data, key, 0.05, 0.05)
 
 
 # --- swing-up ----------------------------------------------------------------------
@@ -68,7 +66,7 @@ def swingup_reward(
     """
     del model, data
     x, angle, angle_vel = next_data.qpos[0], next_data.qpos[1], next_data.qvel[1]
-    upright = (jnp.cos(angle) + 1.0) / 2.0
+    upright = rewards.to_unit(jnp.cos(angle), 1.0)
     centred = (1.0 + jnp.exp(-0.5 * x**2)) / 2.0
     small_control = (4.0 + (1.0 - jnp.clip(action[0], -1.0, 1.0) ** 2)) / 5.0
     slow = (1.0 + jnp.exp(-0.5 * (angle_vel / 5.0) ** 2)) / 2.0
@@ -79,10 +77,7 @@ def swingup_start(model: mjx.Model, data: mjx.Data, key: jax.Array) -> mjx.Data:
     """Hanging (the ``hanging`` keyframe) with cart and angle uniform in +-0.1 and
     velocities uniform in +-0.05."""
     del model
-    k_pos, k_vel = jax.random.split(key)
-    qpos = data.qpos + jax.random.uniform(k_pos, data.qpos.shape, data.qpos.dtype, -0.1, 0.1)
-    qvel = jax.random.uniform(k_vel, data.qvel.shape, data.qvel.dtype, -0.05, 0.05)
-    return data.replace(qpos=qpos, qvel=qvel)
+    return rewards.uniform_around_rest(data, key, 0.1, 0.05)
 
 
 BALANCE = Task(

@@ -2,6 +2,11 @@
 
 ``qpos = (rootx, rootz, rooty, thigh, leg, foot)``: root slides and hinge, then the
 three joints. The torso's centre is ``TORSO_HEIGHT + rootz`` above the floor.
+
+A :mod:`~mjxrunner.tasks.walker`: reward forward speed, plus 1 for staying healthy,
+minus 0.001 times the squared action; observe ``qpos`` without ``rootx`` (the task
+does not depend on where it is) and ``qvel`` clipped to +-10 (11 in all). An
+episode is 1000 steps, 8 s: two 0.004 s physics steps per env step.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from mujoco import mjx
 
-from mjxrunner.tasks.base import Task
+from mjxrunner.tasks import rewards, walker
 
 TORSO_HEIGHT = 1.25
 """Height of the torso's centre at ``rootz = 0`` (the ``stand`` keyframe)."""
@@ -25,46 +30,21 @@ def healthy(data: mjx.Data) -> jax.Array:
     return (height > MIN_HEIGHT) & (jnp.abs(data.qpos[2]) < MAX_TILT)
 
 
-def observation(model: mjx.Model, data: mjx.Data) -> jax.Array:
-    """``(11,)``: ``qpos`` without ``rootx`` (the task does not depend on where it
-    is), and ``qvel`` clipped to +-10."""
-    del model
-    return jnp.concatenate([data.qpos[1:], jnp.clip(data.qvel, -10.0, 10.0)])
-
-
-def terminated(model: mjx.Model, data: mjx.Data) -> jax.Array:
-    """The hopper fell: torso too low or too tilted."""
-    del model
-    return ~healthy(data)
-
-
-def reward(model: mjx.Model, data: mjx.Data, action: jax.Array, next_data: mjx.Data) -> jax.Array:
-    """Forward speed, plus 1 for staying healthy, minus a small control cost."""
-    del model, data
-    alive = healthy(next_data).astype(next_data.qpos.dtype)
-    return next_data.qvel[0] + alive - 1e-3 * jnp.sum(action**2)
-
-
 def start(model: mjx.Model, data: mjx.Data, key: jax.Array) -> mjx.Data:
     """Standing, ``qpos`` and ``qvel`` uniform in +-0.005 around rest."""
     del model
-    k_pos, k_vel = jax.random.split(key)
-    dtype = data.qpos.dtype
-    qpos = data.qpos + jax.random.uniform(k_pos, data.qpos.shape, dtype, -0.005, 0.005)
-    qvel = jax.random.uniform(k_vel, data.qvel.shape, dtype, -0.005, 0.005)
-    return data.replace(qpos=qpos, qvel=qvel)
+    return rewards.uniform_around_rest(data, key, 0.005, 0.005)
 
 
-HOP = Task(
-    name="hopper_hop",
-    model="hopper",
-    observation=observation,
-    reward=reward,
-    terminated=terminated,
-    initial_state=start,
-    max_episode_steps=1000,  # 8 s: two 0.004 s physics steps per env step
-    keyframe="stand",
-    substeps=2,
+healthy, observation, terminated, reward, start, HOP = walker.walker(
+    __name__,
+    "hopper_hop",
+    "hopper",
+    healthy=healthy,
+    observe_from=1,
+    clip_qvel=10.0,
+    ctrl_cost=1e-3,
+    start=start,
 )
 
 TASKS = (HOP,)
