@@ -1,12 +1,13 @@
 # One entry point on a fresh machine with Python 3.11 and pip:
 #   make demo   creates .venv, installs the project, runs the main job
 #   make test   creates/uses the same .venv and runs the whole suite
+#   make docs   builds the documentation site into docs/_build/html
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench fuzz lint format
+.PHONY: demo test docs bench fuzz lint format
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The pages of docs/ and the API reference from the docstrings; any warning fails it
+# (tests/test_docs.py builds it the same way).
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 # Regenerates benchmarks/results/ (JSON, PNG, README.md); run it on a quiet machine.
 bench: $(STAMP)

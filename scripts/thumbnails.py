@@ -2,7 +2,7 @@
 
 Each scene is posed with native MuJoCo (a keyframe, a few settling steps or a set
 pose), then drawn through :class:`mjxrunner.render.WorldRenderer` from one world's
-``mjx.Data``, the same path ``runner.render`` takes. Prints the README's model table.
+``mjx.Data``, the same path ``runner.render`` takes. Prints the table of docs/models.md.
 
     MUJOCO_GL=egl python scripts/thumbnails.py            # every scene
     MUJOCO_GL=egl python scripts/thumbnails.py ant hopper
@@ -75,7 +75,7 @@ def thumbnail(name: str) -> np.ndarray:
 
 
 def table(names: list[str]) -> str:
-    """The README's markdown table of scenes, with their thumbnails."""
+    """The markdown table of scenes in docs/models.md, with their thumbnails."""
     rows = [
         "| scene | what it is | nq / nv / nu | contacts (Warp: naconmax per world, njmax) |",
         "| --- | --- | --- | --- |",
@@ -84,7 +84,7 @@ def table(names: list[str]) -> str:
         m, info = models.load(name), models.info(name)
         contacts = f"yes ({info.naconmax_per_world}, {info.njmax})" if info.contacts else "none"
         rows.append(
-            f"| `{name}`<br>![{name}](docs/images/{name}.png) | {info.summary} | "
+            f"| `{name}`<br>![{name}](images/{name}.png) | {info.summary} | "
             f"{m.nq} / {m.nv} / {m.nu} | {contacts} |"
         )
     return "\n".join(rows)

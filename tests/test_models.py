@@ -303,11 +303,11 @@ def test_puck_targets_lie_in_their_ring_and_reaching_is_best():
 # --- documentation ------------------------------------------------------------------------
 
 
-def test_readme_lists_every_scene_with_its_thumbnail():
+def test_models_page_lists_every_scene_with_its_thumbnail():
     root = models.path("cartpole").parents[1]
-    readme = (root / "README.md").read_text()
+    page = (root / "docs" / "models.md").read_text()
     for name in SCENES:
         image = root / "docs" / "images" / f"{name}.png"
-        assert f"![{name}](docs/images/{name}.png)" in readme
+        assert f"![{name}](images/{name}.png)" in page
         assert image.is_file() and image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert models.info(name).summary in readme
+        assert models.info(name).summary in page

@@ -214,7 +214,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
 
     @property
     def backend_info(self) -> dict[str, Any]:
-        """Versions, impl, device and dtypes: record it with every result."""
+        """Versions, impl, device and dtypes, to record with every result."""
         return self._eng.config.backend.info()
 
     @property

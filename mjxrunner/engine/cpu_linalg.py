@@ -12,7 +12,7 @@ first call; gdb puts both pool threads in ``ParallelBatchMap`` under
 ``lapack_spotrf_ffi``. jaxlib 0.11.2 compiles that parallel path out; until the
 pins move, :func:`install` lowers small matrices (``n <= MAX_N``, real dtypes)
 to plain XLA ops instead: a column-by-column Cholesky and row-by-row
-substitution in ``fori_loop``s, each step vectorized over the batch. Larger or complex
+substitution in ``fori_loop`` loops, each step vectorized over the batch. Larger or complex
 matrices keep jaxlib's LAPACK lowering. Other platforms are untouched.
 
 The rules replace jaxlib's CPU lowering for the whole process (JAX keeps one rule

@@ -135,7 +135,7 @@ def on_worlds(
     ``out_specs`` maps the output's shapes to
     specs where the rule cannot know (e.g. a trajectory). The output's shapes are
     evaluated on one device's share of the arguments, as ``fn`` will see them.
-    ``check_vma=False``: MJX's internal ``cond``s are not typed for varying manual
+    ``check_vma=False``: MJX's internal ``cond`` calls are not typed for varying manual
     axes.
     """
     if mesh is None:

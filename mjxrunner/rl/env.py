@@ -2,8 +2,8 @@
 
 An :class:`Env` binds a :class:`~mjxrunner.tasks.Task` to a device model and a
 number of worlds. Its functions are pure and jit-able, so a whole training loop can
-be one ``jit`` of ``lax.scan``s; the task's single-world functions are ``vmap``ped
-over the world axis, and stepping, world selection and restoring reuse
+be one ``jit`` of ``lax.scan`` loops; the task's single-world functions are mapped
+over the world axis by ``vmap``, and stepping, world selection and restoring reuse
 :func:`mjxrunner.engine.core.step`, :func:`mjxrunner.engine.core.reset` and
 :func:`mjxrunner.engine.worlds.select_worlds`.
 
