@@ -161,7 +161,7 @@ def load_env(
     if size:
         keys = jax.eval_shape(lambda: core.init_keys(jax.random.key(0), size))
         shapes = jax.eval_shape(
-            lambda m, s, k: restart._draw_starts(m, s, k, env.task), env.model, env.start, keys
+            lambda m, s, k: restart.draw_starts(m, s, k, env.task), env.model, env.start, keys
         )
         pool = fill("pool", shapes, arrays, n, where, "env")
         env = env.replace(pool=engine.put(pool, unsharded))

@@ -33,8 +33,8 @@ from mjxrunner.engine.worlds import (
 )
 from mjxrunner.kit import normalize, observations, pixels
 from mjxrunner.rl.episode import AUTORESET_MODES, EnvState
-from mjxrunner.rl.restart import _draw_starts, _raw_spec, _renderers, _sharded
-from mjxrunner.rl.stepping import _reset_local, _reset_worlds_local, _step_local
+from mjxrunner.rl.restart import draw_starts, raw_spec, renderers, sharded
+from mjxrunner.rl.stepping import reset_local, reset_worlds_local, step_local
 from mjxrunner.tasks.base import Task
 
 
@@ -134,7 +134,7 @@ class Env:
         """One world's observation as the policy receives it: a
         ``jax.ShapeDtypeStruct``, or a dict of them for a task with observation terms
         (histories included)."""
-        return observations.view_spec(self.pipeline, _raw_spec(self.task, self.model, self.start))
+        return observations.view_spec(self.pipeline, raw_spec(self.task, self.model, self.start))
 
     @property
     def observation_size(self) -> int:
@@ -189,7 +189,7 @@ class Env:
         if any(jax.tree.leaves(world_mask(self.model))):
             raise ValueError("a reset pool needs a model without per-world parameters")
         keys = core.init_keys(key, size)
-        pool = jax.jit(_draw_starts, static_argnums=3)(self.model, self.start, keys, self.task)
+        pool = jax.jit(draw_starts, static_argnums=3)(self.model, self.start, keys, self.task)
         return self.replace(pool=engine.put(pool, self.config.replace(mesh=None)))
 
     def with_param(self, path: str, values: Any, env_ids: Any = None) -> Env:
@@ -252,12 +252,12 @@ class Env:
         if mesh is not None:
             sharding.check_divisible(self.num_envs, mesh)
         config = self.config.replace(mesh=mesh)
-        renderers = _renderers(self.task, self.host.mj_model, config, self.restart_slots)
+        contexts = renderers(self.task, self.host.mj_model, config, self.restart_slots)
         placed = {
             f: engine.put(getattr(self, f), config)
             for f in ("mode", "model", "start", "low", "high")
         }
-        return self.replace(config=config, **renderers, **placed)
+        return self.replace(config=config, **contexts, **placed)
 
 
 AnyEnv.register(Env)
@@ -373,7 +373,7 @@ def make(
     device_model = FlatModel.of(b.put_model(m))
     start = b.put_data(m, start_data(m, task.keyframe))
     pipeline = observations.check(
-        task.obs_config, _raw_spec(task, device_model, start), f"task {task.name!r}"
+        task.obs_config, raw_spec(task, device_model, start), f"task {task.name!r}"
     )
     env = Env(
         task=task,
@@ -393,7 +393,7 @@ def make(
         env = env.with_reset_pool(reset_pool, jax.random.key(pool_seed))
     if devices is not None:
         return env.shard(devices)  # makes the renderers for the devices
-    return env.replace(**_renderers(task, m, config, restart_slots))
+    return env.replace(**renderers(task, m, config, restart_slots))
 
 
 def reset(env: Env, key: jax.Array, obs_norm: normalize.ObsNorm | None = None) -> EnvState:
@@ -435,7 +435,7 @@ def reset_from_keys(
         raise TypeError(f"obs_norm must be a normalize.ObsNorm or None, got {type(obs_norm)}")
     # Each world's index in the whole batch (a curriculum may spread worlds by it).
     world = jnp.arange(env.num_envs, dtype=jnp.int32)
-    return _sharded(_reset_local, env, keys, world, obs_norm, per_world=(0, 1))
+    return sharded(reset_local, env, keys, world, obs_norm, per_world=(0, 1))
 
 
 def _check_action(env: Env, action: Any) -> jax.Array:
@@ -468,7 +468,7 @@ def step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
       step; statistics count each episode once, when it ends.
     """
     action = _check_action(env, action)
-    return _sharded(_step_local, env, state, action, per_world=(1,))
+    return sharded(step_local, env, state, action, per_world=(1,))
 
 
 @functools.singledispatch
@@ -491,7 +491,7 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
         raise ValueError(
             f"mask must be bool of shape ({env.num_envs},), got {mask.dtype} {mask.shape}"
         )
-    return _sharded(_reset_worlds_local, env, state, mask, per_world=(1,))
+    return sharded(reset_worlds_local, env, state, mask, per_world=(1,))
 
 
 def check_guards(env: Env, before: EnvState, after: EnvState) -> tuple | None:

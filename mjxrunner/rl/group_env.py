@@ -324,7 +324,7 @@ def reset_worlds(genv: GroupEnv, state: GroupState, mask: jax.Array) -> GroupSta
         for e, s, m in zip(genv.envs, state.groups, _split(genv, mask), strict=True)
     ]
     new = _joined(genv, states, state.obs_norm, count=False)
-    keep = lambda a, b: restart._pick(mask, a, b)  # noqa: E731 - scaled alike
+    keep = lambda a, b: restart.pick(mask, a, b)  # noqa: E731 - scaled alike
     return new.replace(obs=keep(new.obs, state.obs), final_obs=keep(new.final_obs, state.final_obs))
 
 

@@ -33,7 +33,7 @@ from mjxrunner.tasks.base import Task
 Env = Any  # mjxrunner.rl.env.Env: named loosely here, so the import stays one-way
 
 
-def _renderers(
+def renderers(
     task: Task, m: mujoco.MjModel, config: engine.Config, slots: int
 ) -> dict[str, pixels.PixelRenderer | None]:
     """A pixel task's render contexts (``renderer``, ``restart_renderer``): on the
@@ -65,7 +65,7 @@ def _start_one(
     return mjx.forward(model, data) if task.forward_on_reset else data
 
 
-def _draw_starts(
+def draw_starts(
     model: Any, start: mjx.Data, raw_keys: jax.Array, task: Task, curriculum: Any = None
 ) -> mjx.Data:
     """Fresh starts for a batch of raw keys ``(n, 2)`` (and curriculum states, each
@@ -76,7 +76,7 @@ def _draw_starts(
     )
 
 
-def _pick(mask: jax.Array, a: Any, b: Any) -> Any:
+def pick(mask: jax.Array, a: Any, b: Any) -> Any:
     """``a`` for the worlds in ``mask``, ``b`` elsewhere (pytrees whose every leaf has
     a leading world axis); a scalar choice per world."""
     return jax.tree.map(jax.vmap(jnp.where, in_axes=(0, 0, 0)), _per_leaf(mask, a), a, b)
@@ -86,15 +86,15 @@ def _per_leaf(mask: jax.Array, tree: Any) -> Any:
     return jax.tree.map(lambda _: mask, tree)
 
 
-def _with_info(task: Task, info: Any) -> tuple:
+def with_info(task: Task, info: Any) -> tuple:
     """The extra argument of a task function: its info, if the task keeps one."""
     return (info,) if task.has_info else ()
 
 
-def _observe(env: Env, model: FlatModel, data: mjx.Data, info: Any = None) -> Any:
+def observe(env: Env, model: FlatModel, data: mjx.Data, info: Any = None) -> Any:
     """The task's observation of every world (raw: before noise and history)."""
     model = model.tree
-    extra = _with_info(env.task, info)
+    extra = with_info(env.task, info)
     axes = (world_axes(model), 0, *(0 for _ in extra))
     return jax.vmap(env.task.observation, in_axes=axes)(model, data, *extra)
 
@@ -106,7 +106,7 @@ def _one_world_observation(task: Task, model: mjx.Model, start: mjx.Data) -> Any
     return task.observation(model, start)
 
 
-def _raw_spec(task: Task, model: FlatModel, start: mjx.Data) -> Any:
+def raw_spec(task: Task, model: FlatModel, start: mjx.Data) -> Any:
     """One world's raw observation as ``ShapeDtypeStruct`` (s), pixel terms included."""
     spec = jax.eval_shape(lambda m, d: _one_world_observation(task, m, d), model.tree, start)
     if task.pixels is None:
@@ -114,7 +114,7 @@ def _raw_spec(task: Task, model: FlatModel, start: mjx.Data) -> Any:
     return pixels.merge_spec(spec, task.pixels, f"task {task.name!r}")
 
 
-def _derived_keys(keys: jax.Array, stream: int) -> jax.Array:
+def derived_keys(keys: jax.Array, stream: int) -> jax.Array:
     """Raw keys ``(n, 2)`` of sub-stream ``stream`` of each world's raw key."""
     fold = lambda k: jax.random.key_data(  # noqa: E731
         jax.random.fold_in(jax.random.wrap_key_data(k), stream)
@@ -123,16 +123,16 @@ def _derived_keys(keys: jax.Array, stream: int) -> jax.Array:
 
 
 # Sub-streams of a world's draw key (a restart's or a step's), by use.
-_INFO_STREAM, _NOISE_STREAM, _CURRICULUM_STREAM = 1, 2, 3
+INFO_STREAM, NOISE_STREAM, CURRICULUM_STREAM = 1, 2, 3
 
 
-def _typed_keys(keys: jax.Array, stream: int) -> jax.Array:
+def typed_keys(keys: jax.Array, stream: int) -> jax.Array:
     """Typed keys ``(n,)`` of sub-stream ``stream`` of each world's raw key."""
-    return jax.vmap(jax.random.wrap_key_data)(_derived_keys(keys, stream))
+    return jax.vmap(jax.random.wrap_key_data)(derived_keys(keys, stream))
 
 
 @pytree_dataclass
-class _Seen:
+class Seen:
     """What the env keeps of observing worlds (each leaf with a world axis).
 
     Attributes:
@@ -155,14 +155,14 @@ def _keeps_frames(env: Env) -> bool:
     return env.renderer is not None and env.task.pixels.every > 1
 
 
-def _first_seen(
+def first_seen(
     env: Env,
     model: FlatModel,
     data: mjx.Data,
     draw: jax.Array,
     mask: jax.Array | None = None,
     slots: int = 0,
-) -> tuple[mjx.Data, _Seen]:
+) -> tuple[mjx.Data, Seen]:
     """Info, history and observation of fresh starts, from their restart's raw draw
     keys ``(n, 2)``: the info and the noise draw from sub-streams of them. Only the
     worlds in ``mask`` (None: all) are used by the caller: a pixel env renders those
@@ -170,17 +170,17 @@ def _first_seen(
     info = None
     if env.task.has_info:
         tree = model.tree
-        keys = _typed_keys(draw, _INFO_STREAM)
+        keys = typed_keys(draw, INFO_STREAM)
         info = jax.vmap(env.task.initial_info, in_axes=(world_axes(tree), 0, 0))(tree, data, keys)
-    obs = _observe(env, model, data, info)
+    obs = observe(env, model, data, info)
     frames = None
     if env.renderer is not None:
         data, frames = _restart_frames(env, model, data, mask, slots)
         obs = pixels.merge(obs, frames)
-    obs = observations.noisy(env.pipeline, obs, _derived_keys(draw, _NOISE_STREAM))
+    obs = observations.noisy(env.pipeline, obs, derived_keys(draw, NOISE_STREAM))
     history = observations.start_history(env.pipeline, obs)
     view = observations.view(env.pipeline, history, obs)
-    return data, _Seen(info, history, view, frames if _keeps_frames(env) else None)
+    return data, Seen(info, history, view, frames if _keeps_frames(env) else None)
 
 
 def _restart_frames(
@@ -212,7 +212,7 @@ def _restart_frames(
     return pixels.with_render_token(data, token), frames
 
 
-def _step_frames(
+def step_frames(
     env: Env, model: FlatModel, data: mjx.Data, last: LastFrames | None
 ) -> tuple[mjx.Data, dict[str, jax.Array], LastFrames | None]:
     """A step's frames of the state in ``data``: rendered, or every k-th step only
@@ -237,7 +237,7 @@ def _step_frames(
     return pixels.with_render_token(data, token), frames, LastFrames(frames, age)
 
 
-def _draws_every_step(env: Env) -> bool:
+def draws_every_step(env: Env) -> bool:
     """Whether a step draws (noise, info updates): then every world's stream splits."""
     return env.pipeline.random or env.task.update_info is not None
 
@@ -261,13 +261,13 @@ def _draw_masked(
     compiled for another batch size: see the module docstring)."""
     n = mask.shape[0]
     if slots >= n:
-        return _draw_starts(model, env.start, draw, env.task, curriculum)
+        return draw_starts(model, env.start, draw, env.task, curriculum)
     tree = model.tree
 
     def one_pass(carry):
         data, todo = carry
         (index,) = jnp.nonzero(todo, size=slots, fill_value=n)  # n: past the end
-        fresh = _draw_starts(
+        fresh = draw_starts(
             take_worlds(tree, index),
             env.start,
             draw[jnp.minimum(index, n - 1)],
@@ -308,16 +308,16 @@ def _fresh(
     return cleared.replace(data=data)
 
 
-def _restart(
+def restart_worlds(
     env: Env,
     pool: Any,
     model: FlatModel,
     runner: RunnerState,
-    seen: _Seen,
+    seen: Seen,
     mask: jax.Array,
     slots: int | None = None,
     ended: Any = None,
-) -> tuple[FlatModel, RunnerState, _Seen]:
+) -> tuple[FlatModel, RunnerState, Seen]:
     """Restarts the worlds in ``mask`` through the engine's reset: the curriculum
     moved by the ended episodes (``ended() -> (data, info)`` as they ended; None at
     a reset), parameters back from the env's model (and redrawn if randomized),
@@ -328,13 +328,13 @@ def _restart(
 
     def restart(model, runner, seen):
         rng, draw = core.split_streams(runner.rng)
-        runner = runner.replace(rng=_pick(mask, rng, runner.rng))  # restarted ones advance
+        runner = runner.replace(rng=pick(mask, rng, runner.rng))  # restarted ones advance
         curriculum = seen.curriculum
         if ended is not None and env.task.update_curriculum is not None:  # not at a reset
             data, info = ended()
-            keys = _typed_keys(draw, _CURRICULUM_STREAM)
+            keys = typed_keys(draw, CURRICULUM_STREAM)
             moved = curriculum_.updated(env.task, model, curriculum, data, info, keys)
-            curriculum = _pick(mask, moved, curriculum)
+            curriculum = pick(mask, moved, curriculum)
 
         def source(m, s):  # drawn with the restored (and redrawn) parameters
             return _fresh(env, pool, m, draw, mask, s.data, slots, curriculum)
@@ -342,8 +342,8 @@ def _restart(
         model, runner = engine.reset_local(
             env.config, model, env.model, env.ref, runner, source, mask, jnp.asarray(False)
         )
-        data, first = _first_seen(env, model, runner.data, draw, mask, slots)
-        seen = _pick(mask, first, seen.replace(curriculum=None))
+        data, first = first_seen(env, model, runner.data, draw, mask, slots)
+        seen = pick(mask, first, seen.replace(curriculum=None))
         return model, runner.replace(data=data), seen.replace(curriculum=curriculum)
 
     # Both branches must return the same shapes: give the redrawn fields their world
@@ -353,7 +353,7 @@ def _restart(
     return jax.lax.cond(jnp.any(mask), restart, keep, model, runner, seen)
 
 
-def _zeros_stats(n: int, dtype: Any) -> EpisodeStats:
+def zeros_stats(n: int, dtype: Any) -> EpisodeStats:
     zf, zi = jnp.zeros((n,), dtype), jnp.zeros((n,), jnp.int32)
     return EpisodeStats(
         episode_return=zf,
@@ -365,12 +365,12 @@ def _zeros_stats(n: int, dtype: Any) -> EpisodeStats:
     )
 
 
-def _carried(env: Env, model: FlatModel) -> FlatModel | None:
+def carried_model(env: Env, model: FlatModel) -> FlatModel | None:
     """What a state carries of the model: its own only when parameters are redrawn."""
     return None if env.config.randomization is None else model
 
 
-def _sharded(fn, env: Env, *args: Any, per_world: tuple[int, ...] = ()) -> Any:
+def sharded(fn, env: Env, *args: Any, per_world: tuple[int, ...] = ()) -> Any:
     """``fn(env, pool, *args)`` on each device's worlds (see ``sharding.on_worlds``).
 
     The env's arrays are shared, but for a per-world model; the reset pool's leading

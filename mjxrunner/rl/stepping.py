@@ -1,6 +1,6 @@
 """One step and one reset of the worlds on one device: the bodies of
 :func:`mjxrunner.env.step`, :func:`~mjxrunner.env.reset` and
-:func:`~mjxrunner.env.reset_worlds`, run under :func:`.restart._sharded`."""
+:func:`~mjxrunner.env.reset_worlds`, run under :func:`.restart.sharded`."""
 
 from __future__ import annotations
 
@@ -18,27 +18,27 @@ from mjxrunner.kit import normalize, observations, pixels
 from mjxrunner.rl import curriculum as curriculum_
 from mjxrunner.rl.episode import DISABLED, NEXT_STEP, SAME_STEP, EnvState, LastFrames
 from mjxrunner.rl.restart import (
-    _CURRICULUM_STREAM,
-    _INFO_STREAM,
-    _NOISE_STREAM,
-    _carried,
-    _derived_keys,
-    _draws_every_step,
-    _first_seen,
-    _observe,
-    _pick,
-    _restart,
-    _Seen,
-    _step_frames,
-    _typed_keys,
-    _with_info,
-    _zeros_stats,
+    CURRICULUM_STREAM,
+    INFO_STREAM,
+    NOISE_STREAM,
+    Seen,
+    carried_model,
+    derived_keys,
+    draws_every_step,
+    first_seen,
+    observe,
+    pick,
+    restart_worlds,
+    step_frames,
+    typed_keys,
+    with_info,
+    zeros_stats,
 )
 
 Env = Any  # mjxrunner.rl.env.Env: named loosely here, so the import stays one-way
 
 
-def _normalized(
+def normalized(
     env: Env, norm: normalize.ObsNorm | None, returned: jax.Array, *also: jax.Array
 ) -> tuple:
     """``(norm, returned, *also)``, with ``norm`` updated by the ``returned`` batch and
@@ -51,23 +51,23 @@ def _normalized(
     return (norm, scale(returned), *map(scale, also))
 
 
-def _reset_local(
+def reset_local(
     env: Env, pool: Any, keys: jax.Array, world: jax.Array, obs_norm: normalize.ObsNorm | None
 ) -> EnvState:
     n = keys.shape[0]
     runner = core.init(env.start, n, jax.random.key(0), env.action_size, env.config.guards)
     runner = engine.attach_events(env.config, runner).replace(rng=keys)
-    _, shapes = jax.eval_shape(_first_seen, env, env.model, runner.data, keys)
+    _, shapes = jax.eval_shape(first_seen, env, env.model, runner.data, keys)
     # A placeholder: every world restarts.
     seen = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
     seen = seen.replace(
         curriculum=curriculum_.initial(
-            env.task, env.model, _typed_keys(keys, _CURRICULUM_STREAM), world
+            env.task, env.model, typed_keys(keys, CURRICULUM_STREAM), world
         )
     )
     everyone = jnp.ones((n,), bool)
-    model, runner, seen = _restart(env, pool, env.model, runner, seen, everyone, slots=n)
-    obs_norm, obs = _normalized(env, obs_norm, seen.obs)
+    model, runner, seen = restart_worlds(env, pool, env.model, runner, seen, everyone, slots=n)
+    obs_norm, obs = normalized(env, obs_norm, seen.obs)
     dtype = runner.data.qpos.dtype
     return EnvState(
         runner=runner,
@@ -75,8 +75,8 @@ def _reset_local(
         reward=jnp.zeros((n,), dtype),
         final_obs=obs,
         final_mask=jnp.zeros((n,), bool),
-        stats=_zeros_stats(n, dtype),
-        model=_carried(env, model),
+        stats=zeros_stats(n, dtype),
+        model=carried_model(env, model),
         obs_norm=obs_norm,
         info=seen.info,
         history=seen.history,
@@ -85,7 +85,7 @@ def _reset_local(
     )
 
 
-def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvState:
+def step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvState:
     task = env.task
     prev = state.runner
     model = env.model if state.model is None else state.model
@@ -104,7 +104,7 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         tripped={k: v & ~fresh for k, v in prev.tripped.items()},
     )
     draw = None
-    if _draws_every_step(env):  # noise or info updates: every world's stream advances
+    if draws_every_step(env):  # noise or info updates: every world's stream advances
         cleared, draw = engine.split_rng(cleared)
     model, runner = engine.step_local(
         env.config, model, env.model, env.ref, cleared, None, task.substeps
@@ -114,7 +114,7 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     # Reward and termination see the info the step was taken under; the next
     # observation sees it updated.
     info = state.info
-    extra = _with_info(task, info)
+    extra = with_info(task, info)
     reward = jax.vmap(task.reward, in_axes=(axes, 0, 0, 0, *(0 for _ in extra)))(
         tree, prev.data, action, runner.data, *extra
     )
@@ -123,18 +123,18 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         tree, runner.data, *extra
     ).astype(bool)
     if task.update_info is not None:
-        keys = _typed_keys(draw, _INFO_STREAM)
+        keys = typed_keys(draw, INFO_STREAM)
         info = jax.vmap(task.update_info, in_axes=(axes, 0, 0, 0, 0, 0))(
             tree, prev.data, action, runner.data, info, keys
         )
-    obs = _observe(env, model, runner.data, info)
+    obs = observe(env, model, runner.data, info)
     last = state.last_frames
     if env.renderer is not None:  # after the physics: the frames show the new state
-        data, frames, last = _step_frames(env, model, runner.data, last)
+        data, frames, last = step_frames(env, model, runner.data, last)
         runner = runner.replace(data=data)
         obs = pixels.merge(obs, frames)
     if env.pipeline.random:
-        obs = observations.noisy(env.pipeline, obs, _derived_keys(draw, _NOISE_STREAM))
+        obs = observations.noisy(env.pipeline, obs, derived_keys(draw, NOISE_STREAM))
     history = observations.push(env.pipeline, state.history, obs)
     obs = observations.view(env.pipeline, history, obs)
     truncated = (runner.episode_length >= task.max_episode_steps) | runner.truncated
@@ -163,12 +163,12 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     restart = jnp.where(next_step, prev_done, same_step & done)
     runner = runner.replace(terminated=terminated, truncated=truncated)
     frames = None if last is None else last.frames
-    seen = _Seen(info, history, obs, frames, state.curriculum)
+    seen = Seen(info, history, obs, frames, state.curriculum)
     # The state each episode ended in: "next_step" restarts after the ending step.
     ended = lambda: curriculum_.episode_end(  # noqa: E731
         next_step, (prev.data, state.info), (runner.data, info)
     )
-    model, restarted, seen = _restart(env, pool, model, runner, seen, restart, ended=ended)
+    model, restarted, seen = restart_worlds(env, pool, model, runner, seen, restart, ended=ended)
     new_obs = seen.obs
     # "same_step" reports the episode that just ended; "next_step" clears the flags.
     runner = restarted.replace(
@@ -181,8 +181,8 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     )
     final_mask = same_step & done
     # Statistics move by what the step returns: one observation per world per step.
-    obs_norm, new_obs, final_obs = _normalized(
-        env, state.obs_norm, new_obs, _pick(final_mask, obs, new_obs)
+    obs_norm, new_obs, final_obs = normalized(
+        env, state.obs_norm, new_obs, pick(final_mask, obs, new_obs)
     )
     return EnvState(
         runner=runner,
@@ -191,7 +191,7 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
         final_obs=final_obs,
         final_mask=final_mask,
         stats=stats.replace(episode_return=jnp.where(restart, 0.0, episode_return).astype(dtype)),
-        model=_carried(env, model),
+        model=carried_model(env, model),
         obs_norm=obs_norm,
         info=seen.info,
         history=seen.history,
@@ -200,17 +200,17 @@ def _step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvS
     )
 
 
-def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -> EnvState:
+def reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -> EnvState:
     model = env.model if state.model is None else state.model
     last = state.last_frames
     frames = None if last is None else last.frames
-    seen = _Seen(state.info, state.history, state.obs, frames, state.curriculum)
+    seen = Seen(state.info, state.history, state.obs, frames, state.curriculum)
     ended = lambda: (state.runner.data, state.info)  # noqa: E731 - as the user stopped them
-    model, runner, seen = _restart(env, pool, model, state.runner, seen, mask, ended=ended)
+    model, runner, seen = restart_worlds(env, pool, model, state.runner, seen, mask, ended=ended)
     fresh = seen.obs
     if env.normalize is not None:  # scaled, not counted: steps count each world once
         fresh = normalize.apply(env.normalize, state.obs_norm, fresh)
-    obs = _pick(mask, fresh, state.obs)
+    obs = pick(mask, fresh, state.obs)
     return state.replace(
         runner=runner,
         obs=obs,
@@ -219,12 +219,12 @@ def _reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) -
         last_frames=None if last is None else last.replace(frames=seen.frames),
         curriculum=seen.curriculum,
         reward=jnp.where(mask, 0.0, state.reward).astype(state.reward.dtype),
-        final_obs=_pick(mask, obs, state.final_obs),
+        final_obs=pick(mask, obs, state.final_obs),
         final_mask=state.final_mask & ~mask,
         stats=state.stats.replace(
             episode_return=jnp.where(mask, 0.0, state.stats.episode_return).astype(
                 state.stats.episode_return.dtype
             )
         ),
-        model=_carried(env, model),
+        model=carried_model(env, model),
     )
