@@ -6,13 +6,11 @@ every variant once to check what the report holds.
 
 import copy
 import hashlib
-import importlib
 import json
 import os
 import statistics
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import jax
@@ -251,18 +249,6 @@ def test_results_summary_has_a_row_per_size_with_ratios(report):
     rollout = _by_variant(report)["rollout"]
     assert f"| {rollout['ratio_to_raw']:.2f} |" in rows[0]
     assert f"env: {_by_variant(report)['env']['reason']}" in text
-
-
-def test_old_module_is_a_deprecated_alias():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import mjxrunner.bench as old  # may already be imported: reload makes it warn again
-    with pytest.warns(DeprecationWarning, match=r"mjxrunner\.tools\.bench"):
-        importlib.reload(old)
-    assert old.run is bench.run and old.VARIANTS is bench.VARIANTS
-    assert old.describe_backend is backend.describe_backend
-    assert old.Workload is bench.Workload and old._model_name is bench._model_name
-    assert set(bench.__all__) <= set(old.__all__)
 
 
 # --- the committed results ------------------------------------------------------------

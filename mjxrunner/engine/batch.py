@@ -168,8 +168,6 @@ def configure(
     arguments, which change ``options``); see ``Options`` for their meaning."""
     opts = options_.of(options_.RUNNER, options, **kwargs)
     guards_.check_policy(opts.overflow_policy, "overflow_policy")
-    if not isinstance(opts.collision_enabled, bool):
-        raise TypeError(f"collision_enabled must be a bool, got {opts.collision_enabled!r}")
     latency = events.check_latency(opts.latency)
     plan = events.resolve_pushes(m, opts.pushes)
     caps = (opts.naconmax, opts.njmax, opts.naccdmax, opts.nvmax)

@@ -13,6 +13,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from mjxrunner.engine import events, guards
 from mjxrunner.engine.guards import MAX_QVEL
 
@@ -62,6 +64,8 @@ class Options:
     collision_enabled: bool = True
 
     def __post_init__(self):
+        if not isinstance(self.collision_enabled, (bool, np.bool_)):
+            raise TypeError(f"collision_enabled must be a bool, got {self.collision_enabled!r}")
         if not isinstance(self.guards, tuple):  # hashable, as the configuration must be
             object.__setattr__(self, "guards", tuple(self.guards))
 
