@@ -49,13 +49,15 @@ Facts of MJX 3.17 this module is built around (checked on this project's machine
   device, hence share one context; shards rendering concurrently on it race (measured:
   5 of 20 sharded renders over two host devices disagreed with one-device frames),
   so several CPU devices are refused.
+
+The spec and the frames' observation terms live in :mod:`mjxrunner.kit.pixel_spec`,
+the camera and light poses in :mod:`mjxrunner.kit.camlight`; their names are
+importable from here too.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -67,18 +69,18 @@ from mujoco import mjx
 
 from mjxrunner.engine import backend, checks
 from mjxrunner.engine.worlds import tree_of, world_axes, world_mask
-from mjxrunner.kit.render import MAX_SIZE
-
-OUTPUTS = ("rgb", "depth", "segmentation")
-"""The frame kinds, in the order they appear in the frames dict."""
-
-TERMS = {"rgb": "pixels", "depth": "depth", "segmentation": "segmentation"}
-"""The observation term of each frame kind in an env's observation."""
-
-STATE_TERM = "state"
-"""The term of a pixel task's array observation (its own ``observation`` output)."""
-
-GEOM_GROUPS = range(mujoco.mjNGROUP)
+from mjxrunner.kit.camlight import Rig, _camlight_one
+from mjxrunner.kit.pixel_spec import (  # noqa: F401 (re-exported: their home was here)
+    GEOM_GROUPS,
+    OUTPUTS,
+    STATE_TERM,
+    TERMS,
+    PixelSpec,
+    camera_ids,
+    merge,
+    merge_spec,
+)
+from mjxrunner.kit.render import MAX_SIZE  # noqa: F401 (re-exported)
 
 DYNAMIC_RAY_FIELDS = ("cam_fovy", "cam_intrinsic")
 """Model fields the renderer reads only with ``dynamic_rays=True``; otherwise the rays
@@ -89,159 +91,6 @@ SHARED_ONLY = ("cam_projection", "cam_sensorsize", "geom_dataid", "geom_type")
 world axis). Per-world values are refused rather than silently mixed up."""
 
 _MAX_RAYS = 2**31 - 1  # Warp launches one thread per (world, pixel) with int32 ids
-
-
-def _flag(value: Any, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"PixelSpec.{name} must be a bool, got {type(value).__name__}")
-    return bool(value)
-
-
-def _camera(value: Any) -> str | int:
-    if isinstance(value, str):
-        if not value:
-            raise ValueError("PixelSpec camera names must be non-empty")
-        return value
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(
-            f"PixelSpec cameras must be names (str) or ids (int), got {type(value).__name__}"
-        )
-    if value < 0:
-        raise ValueError(f"PixelSpec camera ids must be >= 0, got {value}")
-    return int(value)
-
-
-@dataclasses.dataclass(frozen=True)
-class PixelSpec:
-    """What each world's pixel observation holds.
-
-    Attributes:
-      cameras: one camera (a name or an id): frames are ``(num_envs, H, W, ...)``;
-        or a sequence of them: frames get a camera axis after the world axis,
-        ``(num_envs, num_cameras, H, W, ...)``, cameras in the order given (kept as a
-        tuple).
-      width: image width in pixels, 1 to ``MAX_SIZE``.
-      height: image height in pixels, 1 to ``MAX_SIZE``.
-      rgb: render ``"rgb"``, uint8 ``(..., H, W, 3)``.
-      depth: render ``"depth"``, float32 ``(..., H, W)`` metres along the camera axis
-        (0 where no geom is hit).
-      segmentation: render ``"segmentation"``, int32 ``(..., H, W, 2)`` holding
-        ``(object id, object type)`` as ``mujoco.Renderer`` does (``(geom id,
-        mjOBJ_GEOM)`` for a geom, ``(-1, -1)`` where nothing is hit).
-      shadows: cast shadows (costs a second ray per light and pixel).
-      textures: sample material textures.
-      geom_groups: the geom groups drawn (``mujoco.Renderer``'s default: 0, 1, 2).
-      dynamic_rays: compute camera rays from the device model's ``cam_fovy`` /
-        ``cam_intrinsic`` at every render, so per-world or changed intrinsics take
-        effect; False precomputes them once from the host model (faster).
-      every: render cadence of an env (:mod:`mjxrunner.env`): its step renders every
-        ``every``-th step and shows the last frames in between (a restarted world
-        is always rendered anew). The renderer itself ignores it.
-    """
-
-    cameras: str | int | tuple[str | int, ...]
-    width: int = 64
-    height: int = 64
-    rgb: bool = True
-    depth: bool = False
-    segmentation: bool = False
-    shadows: bool = False
-    textures: bool = True
-    geom_groups: tuple[int, ...] = (0, 1, 2)
-    dynamic_rays: bool = False
-    every: int = 1
-
-    def __post_init__(self):
-        cams = self.cameras
-        if isinstance(cams, (str, numbers.Integral)) and not isinstance(cams, (bool, np.bool_)):
-            _camera(cams)
-        elif isinstance(cams, Sequence) and not isinstance(cams, (str, bytes)):
-            cams = tuple(_camera(c) for c in cams)
-            if not cams:
-                raise ValueError("PixelSpec.cameras must name at least one camera")
-            if len(set(cams)) != len(cams):
-                raise ValueError(f"PixelSpec.cameras must not repeat, got {cams}")
-            object.__setattr__(self, "cameras", cams)
-        else:
-            raise TypeError(
-                "PixelSpec.cameras must be a camera name or id, or a sequence of them, "
-                f"got {type(cams).__name__}"
-            )
-        for name in ("width", "height"):
-            value = checks.count(getattr(self, name), f"PixelSpec.{name}")
-            if value > MAX_SIZE:
-                raise ValueError(f"PixelSpec.{name} must be <= {MAX_SIZE}, got {value}")
-        object.__setattr__(self, "every", checks.count(self.every, "PixelSpec.every"))
-        for name in ("rgb", "depth", "segmentation", "shadows", "textures", "dynamic_rays"):
-            object.__setattr__(self, name, _flag(getattr(self, name), name))
-        if not (self.rgb or self.depth or self.segmentation):
-            raise ValueError("PixelSpec must enable at least one of rgb, depth, segmentation")
-        groups = self.geom_groups
-        if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
-            raise TypeError(
-                f"PixelSpec.geom_groups must be a sequence of ints, got {type(groups).__name__}"
-            )
-        groups = tuple(checks.count(g, "PixelSpec.geom_groups entry", minimum=0) for g in groups)
-        distinct = len(set(groups)) == len(groups)
-        if not groups or not distinct or any(g not in GEOM_GROUPS for g in groups):
-            raise ValueError(
-                f"PixelSpec.geom_groups must be distinct groups in [0, {mujoco.mjNGROUP}), "
-                f"got {groups}"
-            )
-        object.__setattr__(self, "geom_groups", groups)
-
-    @property
-    def camera_axis(self) -> bool:
-        """Whether frames carry a camera axis (``cameras`` was given as a sequence)."""
-        return isinstance(self.cameras, tuple)
-
-    @property
-    def camera_list(self) -> tuple[str | int, ...]:
-        """The cameras as a tuple, whichever way they were given."""
-        return self.cameras if self.camera_axis else (self.cameras,)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        """The enabled frame kinds, in :data:`OUTPUTS` order."""
-        return tuple(k for k in OUTPUTS if getattr(self, k))
-
-    def frame_specs(self) -> dict[str, jax.ShapeDtypeStruct]:
-        """One world's frames: ``"rgb"`` uint8 ``([C,] H, W, 3)``, ``"depth"`` float32
-        ``([C,] H, W)``, ``"segmentation"`` int32 ``([C,] H, W, 2)``; the camera axis
-        ``C`` only when the cameras are a sequence."""
-        lead = (len(self.camera_list),) if self.camera_axis else ()
-        image = (self.height, self.width)
-        table = {
-            "rgb": ((3,), jnp.uint8),
-            "depth": ((), jnp.float32),
-            "segmentation": ((2,), jnp.int32),
-        }
-        return {
-            k: jax.ShapeDtypeStruct(lead + image + table[k][0], table[k][1]) for k in self.outputs
-        }
-
-
-def camera_ids(m: mujoco.MjModel, spec: PixelSpec) -> tuple[int, ...]:
-    """The model's ids of ``spec``'s cameras; ValueError naming a missing one."""
-    if m.ncam == 0:
-        raise ValueError("the model has no camera; add a <camera> to it to render pixels")
-    names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i) or f"#{i}" for i in range(m.ncam)]
-    ids = []
-    for cam in spec.camera_list:
-        if isinstance(cam, str):
-            i = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, cam)
-            if i < 0:
-                raise ValueError(f"the model has no camera {cam!r}; its cameras are {names}")
-        else:
-            i = cam
-            if i >= m.ncam:
-                raise ValueError(
-                    f"camera id {i} is out of range: the model has {m.ncam} camera(s), {names}"
-                )
-        ids.append(i)
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"PixelSpec.cameras name the same camera twice: {spec.camera_list}")
-    return tuple(ids)
 
 
 def warp_device(device: Any) -> str:
@@ -282,131 +131,6 @@ def _devices(devices: Any) -> list[jax.Device]:
         "devices must be None, a platform name, a jax.Device, a non-empty list of "
         f"devices or a Mesh, got {type(devices).__name__}"
     )
-
-
-# --- where cameras and lights are ---------------------------------------------------
-
-_CAMLIGHT = mujoco.mjtCamLight
-_FIXED, _TRACK, _TRACKCOM = (
-    _CAMLIGHT.mjCAMLIGHT_FIXED,
-    _CAMLIGHT.mjCAMLIGHT_TRACK,
-    _CAMLIGHT.mjCAMLIGHT_TRACKCOM,
-)
-_TARGET, _TARGETCOM = _CAMLIGHT.mjCAMLIGHT_TARGETBODY, _CAMLIGHT.mjCAMLIGHT_TARGETBODYCOM
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Rig:
-    """How each camera and light hangs in the scene (static, from the host model).
-
-    Attributes:
-      cam_mode: ``(ncam,)`` ``mjtCamLight`` modes; a targeting camera without a
-        target body counts as fixed (as in MuJoCo).
-      cam_body: ``(ncam,)`` the body each camera is attached to.
-      cam_target: ``(ncam,)`` its target body (0 where it has none).
-      light_mode, light_body, light_target: the same for ``(nlight,)`` lights.
-    """
-
-    cam_mode: np.ndarray
-    cam_body: np.ndarray
-    cam_target: np.ndarray
-    light_mode: np.ndarray
-    light_body: np.ndarray
-    light_target: np.ndarray
-
-    @classmethod
-    def of(cls, m: mujoco.MjModel) -> Rig:
-        def modes(mode, target):
-            mode = np.array(mode, int)
-            aims = (mode == _TARGET) | (mode == _TARGETCOM)
-            return np.where(aims & (target < 0), int(_FIXED), mode), np.maximum(target, 0)
-
-        cam_mode, cam_target = modes(m.cam_mode, m.cam_targetbodyid)
-        light_mode, light_target = modes(m.light_mode, m.light_targetbodyid)
-        return cls(
-            cam_mode,
-            np.array(m.cam_bodyid),
-            cam_target,
-            light_mode,
-            np.array(m.light_bodyid),
-            light_target,
-        )
-
-    @property
-    def needs_com(self) -> bool:
-        """Some camera or light follows a subtree's centre of mass."""
-        modes = np.concatenate([self.cam_mode, self.light_mode])
-        return bool(np.isin(modes, [_TRACKCOM, _TARGETCOM]).any())
-
-
-def _normalized(v: jax.Array) -> jax.Array:
-    return v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), mujoco.mjMINVAL)
-
-
-def _quat_mat(q: jax.Array) -> jax.Array:
-    """Rotation matrices ``(..., 3, 3)`` of quaternions ``(..., 4)`` (w, x, y, z),
-    normalized first (a drawn quaternion need not be a unit one)."""
-    w, x, y, z = jnp.moveaxis(_normalized(q), -1, 0)
-    rows = [
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ]
-    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
-
-
-def _attached(mode, body, target, local_pos, pos0, poscom0, xpos, xmat, com):
-    """Positions ``(k, 3)`` of ``k`` cameras or lights by MuJoCo's camlight rules,
-    and the points targeting ones look at (None when none targets)."""
-    pos = xpos[body] + jnp.einsum("kij,kj->ki", xmat[body], local_pos)
-    pos = jnp.where((mode == _TRACK)[:, None], xpos[body] + pos0, pos)
-    if com is not None:
-        pos = jnp.where((mode == _TRACKCOM)[:, None], com[body] + poscom0, pos)
-    aims = (mode == _TARGET) | (mode == _TARGETCOM)
-    if not aims.any():
-        return pos, None
-    look_at = xpos[target]
-    if com is not None:
-        look_at = jnp.where((mode == _TARGETCOM)[:, None], com[target], look_at)
-    return pos, look_at
-
-
-def _camlight_one(rig: Rig, m: Any, xpos, xmat, com, nlight: int):
-    """One world's ``(cam_xpos, cam_xmat, light_xpos, light_xdir)`` from its body
-    poses, as MuJoCo's ``mj_camlight`` computes them."""
-    tracks = lambda mode: ((mode == _TRACK) | (mode == _TRACKCOM))[:, None, None]  # noqa: E731
-    mode = rig.cam_mode
-    cam_pos, look_at = _attached(
-        mode, rig.cam_body, rig.cam_target, m.cam_pos, m.cam_pos0, m.cam_poscom0, xpos, xmat, com
-    )
-    cam_mat = xmat[rig.cam_body] @ _quat_mat(m.cam_quat)
-    cam_mat = jnp.where(tracks(mode), m.cam_mat0, cam_mat)
-    if look_at is not None:  # z away from the target, x level (orthogonal to world z)
-        z = _normalized(cam_pos - look_at)
-        x = _normalized(jnp.cross(jnp.array([0.0, 0.0, 1.0], z.dtype), z))
-        y = _normalized(jnp.cross(z, x))
-        aims = ((mode == _TARGET) | (mode == _TARGETCOM))[:, None, None]
-        cam_mat = jnp.where(aims, jnp.stack([x, y, z], axis=-1), cam_mat)
-    if not nlight:
-        return cam_pos, cam_mat, None, None
-    mode = rig.light_mode
-    light_pos, look_at = _attached(
-        mode,
-        rig.light_body,
-        rig.light_target,
-        m.light_pos,
-        m.light_pos0,
-        m.light_poscom0,
-        xpos,
-        xmat,
-        com,
-    )
-    light_dir = jnp.einsum("kij,kj->ki", xmat[rig.light_body], m.light_dir)
-    light_dir = jnp.where(tracks(mode)[:, :, 0], m.light_dir0, light_dir)
-    if look_at is not None:
-        aims = ((mode == _TARGET) | (mode == _TARGETCOM))[:, None]
-        light_dir = jnp.where(aims, _normalized(look_at - light_pos), light_dir)
-    return cam_pos, cam_mat, light_pos, light_dir
 
 
 def render_token(data: mjx.Data) -> jax.Array:
@@ -700,27 +424,3 @@ def _rgb(packed: jax.Array) -> jax.Array:
     Warp writes 255)."""
     channels = [(packed >> shift) & 0xFF for shift in (16, 8, 0)]
     return jnp.stack(channels, axis=-1).astype(jnp.uint8)
-
-
-# --- frames as observation terms ---------------------------------------------------------
-
-
-def merge(obs: Any, frames: dict[str, Any]) -> dict[str, Any]:
-    """A task's observation with ``frames`` added as terms (:data:`TERMS`): a dict
-    observation keeps its terms, an array one becomes the term ``"state"``."""
-    terms = dict(obs) if isinstance(obs, Mapping) else {STATE_TERM: obs}
-    terms.update({TERMS[kind]: f for kind, f in frames.items()})
-    return terms
-
-
-def merge_spec(spec: Any, pixels: PixelSpec, task: str = "task") -> dict[str, Any]:
-    """:func:`merge` of one world's observation ``spec`` with ``pixels``' frames;
-    ValueError if the task's own terms take a frame's name."""
-    if isinstance(spec, Mapping):
-        taken = sorted(set(spec) & {TERMS[k] for k in pixels.outputs})
-        if taken:
-            raise ValueError(
-                f"{task}: the observation's own terms {taken} clash with the pixel terms "
-                f"{ {k: TERMS[k] for k in pixels.outputs} }; rename them"
-            )
-    return merge(spec, pixels.frame_specs())
