@@ -29,17 +29,18 @@ a shared machine touches all alike), each call from the same start state (restor
 untimed), with ``block_until_ready`` before every clock read. Rates are env steps per second (one
 env step is ``substeps`` solver calls of every world); the report gives the median
 and the spread of the repeats, and ratios of medians to ``raw`` and to ``native``.
+
+The workload and the variants live in :mod:`mjxrunner.tools.bench_variants`, the
+report's layout, JSON, table and plot in :mod:`mjxrunner.tools.bench_report`; this
+module times the variants and makes the report, and every name of the three is
+importable from here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import functools
 import gc
 import hashlib
-import json
-import math
 import os
 import platform
 import resource
@@ -51,14 +52,24 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import mujoco
 import numpy as np
-from mujoco import mjx
 
 from mjxrunner.engine import backend, checks, models
-from mjxrunner.engine.backend import describe_backend
+from mjxrunner.engine.backend import describe_backend  # noqa: F401 (re-exported)
 from mjxrunner.engine.models import action_bounds, load_any
+from mjxrunner.tools.bench_report import SCHEMA, plot, save, table, to_json, validate
+from mjxrunner.tools.bench_variants import (
+    NATIVE,
+    NATIVE_BUFFER_BYTES,
+    RAW,
+    VARIANTS,
+    Trial,
+    Unavailable,
+    Variant,
+    Workload,
+    native_threads,
+)
 
 __all__ = [
     "NATIVE",
@@ -80,271 +91,6 @@ __all__ = [
     "to_json",
     "validate",
 ]
-
-SCHEMA = "mjxrunner.bench/1"
-"""Identifies the layout of a report; bump it when a field changes meaning (not when
-the module moves: recorded reports keep validating)."""
-
-RAW = "raw"
-NATIVE = "native"
-
-# --- workload and variants -----------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    """What every variant runs: same model, batch, steps, substeps and controls.
-
-    Attributes:
-      name: the model as the user named it (registry name or file name).
-      mj_model: the host model.
-      mj_data: host data at the start state (``qpos0`` after ``mj_forward``).
-      num_envs: number of worlds.
-      n_steps: env steps per timed call.
-      substeps: solver calls per env step (each of one ``timestep``).
-      impl: MJX implementation, ``"jax"`` or ``"warp"``.
-      device: the JAX device the MJX variants run on.
-      seed: seeds the controls and the runner.
-      actions: ``(n_steps, num_envs, nu)`` host controls in the MJX float dtype,
-        uniform in each actuator's ``ctrlrange`` (``[-1, 1]`` where unlimited).
-    """
-
-    name: str
-    mj_model: mujoco.MjModel
-    mj_data: mujoco.MjData
-    num_envs: int
-    n_steps: int
-    substeps: int
-    impl: str
-    device: jax.Device
-    seed: int
-    actions: np.ndarray
-
-
-class Unavailable(Exception):
-    """Raised by a variant's ``prepare`` when it cannot run here; the message says why."""
-
-
-@dataclasses.dataclass
-class Trial:
-    """A prepared variant: callables over state it keeps to itself.
-
-    Attributes:
-      run: one whole call of ``n_steps`` env steps; returns only once the results
-        are ready (``block_until_ready`` or a synchronous native call).
-      restore: puts the variant back at the start state, also blocking; untimed.
-      close: frees what ``prepare`` built.
-    """
-
-    run: Callable[[], None]
-    restore: Callable[[], None] = lambda: None
-    close: Callable[[], None] = lambda: None
-
-
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    """One way of running a workload.
-
-    Attributes:
-      name: short key used in reports and on the command line.
-      label: what it is, for tables and plots.
-      prepare: builds a :class:`Trial` for a workload (untimed apart from
-        ``setup_s``); raises :class:`Unavailable` when it cannot run here.
-    """
-
-    name: str
-    label: str
-    prepare: Callable[[Workload], Trial]
-
-
-def _batched_start(w: Workload) -> tuple[mjx.Model, mjx.Data]:
-    """Device model and ``num_envs`` copies of the start data, as the runner builds them.
-
-    ``vmap`` broadcasts the per-world leaves; MJX-Warp's pooled contact buffers stay
-    pooled (MJX declares them unmapped), sized by the runner's default capacities.
-    """
-    b = backend.Backend.make(w.mj_model, w.num_envs, w.impl, w.device)
-    model, one = b.put_model(w.mj_model), b.put_data(w.mj_model, w.mj_data)
-    data = jax.jit(jax.vmap(lambda _: one))(jnp.arange(w.num_envs))
-    return model, jax.block_until_ready(data)
-
-
-@functools.partial(jax.jit, static_argnums=(3,))
-def _raw_rollout(model: mjx.Model, data: mjx.Data, actions: jax.Array, substeps: int):
-    """The floor: ``vmap`` over worlds of a ``lax.scan`` of ``mjx.step``, nothing else."""
-
-    def one_world(d, us):
-        def body(d, u):
-            d = d.replace(ctrl=u)
-            d, _ = jax.lax.scan(lambda d, _: (mjx.step(model, d), None), d, None, substeps)
-            return d, None
-
-        return jax.lax.scan(body, d, us)[0]
-
-    return jax.vmap(one_world, in_axes=(0, 1))(data, actions)
-
-
-@functools.partial(jax.jit, static_argnums=(3,))
-def _raw_rollout_warp(model: mjx.Model, data: mjx.Data, actions: jax.Array, substeps: int):
-    """The floor for impl "warp": the scan outside the ``vmap``, so that Warp's batched
-    FFI call sees the whole batch (as in ``core.physics_step``)."""
-    one_step = jax.vmap(mjx.step, in_axes=(None, 0))
-
-    def body(d, u):
-        d = d.replace(ctrl=u)
-        d, _ = jax.lax.scan(lambda d, _: (one_step(model, d), None), d, None, substeps)
-        return d, None
-
-    return jax.lax.scan(body, data, actions)[0]
-
-
-def _prepare_raw(w: Workload) -> Trial:
-    model, data = _batched_start(w)
-    actions = jax.device_put(w.actions, w.device)
-    rollout = _raw_rollout_warp if w.impl == "warp" else _raw_rollout
-    return Trial(run=lambda: jax.block_until_ready(rollout(model, data, actions, w.substeps)))
-
-
-def _runner(w: Workload) -> Any:
-    from mjxrunner.doors.runner import MultiEnvRunner
-
-    return MultiEnvRunner(w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, device=w.device)
-
-
-def _restorer(runner: Any) -> Callable[[], None]:
-    def restore() -> None:
-        runner.reset_all()
-        jax.block_until_ready(runner.state)
-
-    return restore
-
-
-def _prepare_rollout(w: Workload) -> Trial:
-    runner = _runner(w)
-
-    def run() -> None:
-        trajectory = runner.rollout(w.actions, w.n_steps, substeps=w.substeps)
-        jax.block_until_ready((trajectory, runner.state))
-
-    return Trial(run=run, restore=_restorer(runner))
-
-
-def _env_scan(env: Any, state: Any, actions: jax.Array) -> Any:
-    from mjxrunner.rl import env as env_
-
-    return jax.lax.scan(lambda s, u: (env_.step(env, s, u), None), state, actions)[0]
-
-
-_env_scan_jit = jax.jit(_env_scan)
-
-
-def _prepare_env(w: Workload) -> Trial:
-    from mjxrunner import tasks
-    from mjxrunner.rl import env as env_
-
-    found = tasks.for_model(w.name)
-    if not found:
-        raise Unavailable(f"no task is registered for model {w.name!r}")
-    task = found[0].replace(substeps=w.substeps)
-    # "same_step": ended worlds restart inside the step that ended them.
-    env = env_.make(
-        task, w.num_envs, autoreset="same_step", impl=w.impl, device=w.device, model=w.mj_model
-    )
-    key = jax.device_put(jax.random.key(w.seed), w.device)
-    start = jax.block_until_ready(jax.jit(env_.reset)(env, key))
-    actions = jax.device_put(w.actions, w.device)
-    return Trial(run=lambda: jax.block_until_ready(_env_scan_jit(env, start, actions)))
-
-
-def _prepare_step_loop(w: Workload) -> Trial:
-    runner = _runner(w)
-
-    def run() -> None:
-        for t in range(w.n_steps):
-            runner.set_actions(w.actions[t])
-            runner.step(substeps=w.substeps)
-        jax.block_until_ready(runner.state)
-
-    return Trial(run=run, restore=_restorer(runner))
-
-
-NATIVE_BUFFER_BYTES = 256 * 2**20
-"""Largest state trajectory ``mujoco.rollout`` writes in one call; longer runs go in
-chunks, each restarting from the last state (its solver warm start is not carried)."""
-
-
-def native_threads() -> int:
-    """CPU cores this process may use: the thread count of the native reference."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def _prepare_native(w: Workload) -> Trial:
-    from mujoco import rollout
-
-    m = w.mj_model
-    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
-    state0 = np.empty(mujoco.mj_stateSize(m, spec))
-    mujoco.mj_getState(m, w.mj_data, state0, spec)
-    state0 = np.tile(state0, (w.num_envs, 1))
-    # (num_envs, n_steps * substeps, nu): each control held for its substeps.
-    control = np.repeat(np.asarray(w.actions, np.float64).transpose(1, 0, 2), w.substeps, axis=1)
-    total = control.shape[1]
-    chunk = max(1, min(total, NATIVE_BUFFER_BYTES // (8 * w.num_envs * state0.shape[1])))
-    threads = native_threads()
-    pool = rollout.Rollout(nthread=threads)
-    datas = [mujoco.MjData(m) for _ in range(threads)]
-
-    def run() -> None:
-        start = state0
-        for t in range(0, total, chunk):
-            states, _ = pool.rollout(
-                m, datas, start, np.ascontiguousarray(control[:, t : t + chunk])
-            )
-            start = states[:, -1]
-
-    return Trial(run=run, close=pool.close)
-
-
-def _prepare_sharded(w: Workload) -> Trial:
-    """The runner's rollout with its worlds split over every device of the platform."""
-    import inspect
-
-    from mjxrunner.doors.runner import MultiEnvRunner
-
-    if "devices" not in inspect.signature(MultiEnvRunner).parameters:
-        raise Unavailable("the sharded runner (issue 6) has not landed: no devices= argument")
-    devices = jax.devices(w.device.platform)
-    if len(devices) < 2:
-        raise Unavailable(
-            f"one {w.device.platform} device here; sharding needs two or more (on CPU, "
-            "XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts)"
-        )
-    if w.num_envs % len(devices):
-        raise Unavailable(f"{w.num_envs} worlds do not split over {len(devices)} devices")
-    runner = MultiEnvRunner(w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, devices=devices)
-
-    def run() -> None:
-        trajectory = runner.rollout(w.actions, w.n_steps, substeps=w.substeps)
-        jax.block_until_ready((trajectory, runner.state))
-
-    return Trial(run=run, restore=_restorer(runner))
-
-
-VARIANTS: dict[str, Variant] = {
-    v.name: v
-    for v in (
-        Variant(RAW, "jit(vmap(scan(mjx.step)))", _prepare_raw),
-        Variant("rollout", "runner.rollout (fused scan)", _prepare_rollout),
-        Variant("env", "scan of env.step (task + autoreset)", _prepare_env),
-        Variant("step_loop", "set_actions + step() Python loop", _prepare_step_loop),
-        Variant(NATIVE, "mujoco.rollout, all CPU threads", _prepare_native),
-        Variant("sharded", "sharded runner", _prepare_sharded),
-    )
-}
-"""Every variant, in report order. Adding a variant is adding one entry here."""
-
 
 # --- measurement -----------------------------------------------------------------------
 
@@ -683,182 +429,3 @@ def run(
     report["host"]["load_avg_end"] = _load()
     _ratios(report["results"])
     return report
-
-
-# --- checking and output -----------------------------------------------------------------
-
-_RECORD_KEYS = {
-    "variant": str,
-    "num_envs": int,
-    "status": str,
-    "ratio_to_raw": (float, type(None)),
-    "ratio_to_native": (float, type(None)),
-}
-_OK_KEYS = {
-    "steps_per_s": float,
-    "steps_per_s_min": float,
-    "steps_per_s_max": float,
-    "spread": float,
-    "run_s": list,
-    "setup_s": float,
-    "first_call_s": float,
-    "compile_s": float,
-}
-
-
-def validate(report: Any) -> None:
-    """Checks that ``report`` has the layout :func:`run` writes (e.g. after loading JSON).
-
-    Raises:
-      ValueError: a key is missing, has the wrong type, or a ratio disagrees with
-        the rates it is computed from.
-    """
-
-    def need(d: Any, key: str, kind: Any, where: str) -> Any:
-        if not isinstance(d, dict) or key not in d:
-            raise ValueError(f"{where}: missing key {key!r}")
-        value = d[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return value  # JSON writes 2.0 as 2.0, but a hand-made report may hold ints
-        if not isinstance(value, kind):
-            raise ValueError(f"{where}.{key}: expected {kind}, got {type(value).__name__}")
-        return value
-
-    if need(report, "schema", str, "report") != SCHEMA:
-        raise ValueError(f"report.schema: expected {SCHEMA!r}, got {report['schema']!r}")
-    info = need(report, "backend", dict, "report")
-    for key in ("versions", "impl", "platform", "device_kind", "device_count", "qpos_dtype"):
-        need(info, key, object, "report.backend")
-    for key in ("mujoco", "mujoco-mjx", "jax", "jaxlib"):
-        need(info["versions"], key, str, "report.backend.versions")
-    need(info, "jax_enable_x64", bool, "report.backend")
-    config = need(report, "config", dict, "report")
-    for key, kind in (("model", str), ("num_envs", list), ("n_steps", int), ("repeats", int)):
-        need(config, key, kind, "report.config")
-    need(report, "host", dict, "report")
-    names = need(report, "variants", dict, "report")
-    results = need(report, "results", list, "report")
-    rates: dict[tuple[int, str], float] = {}
-    for i, r in enumerate(results):
-        where = f"report.results[{i}]"
-        for key, kind in _RECORD_KEYS.items():
-            need(r, key, kind, where)
-        if r["variant"] not in names:
-            raise ValueError(f"{where}.variant: {r['variant']!r} is not in report.variants")
-        if r["status"] == "ok":
-            for key, kind in _OK_KEYS.items():
-                need(r, key, kind, where)
-            rates[r["num_envs"], r["variant"]] = r["steps_per_s"]
-        elif r["status"] in ("unavailable", "failed"):
-            need(r, "reason", str, where)
-        else:
-            raise ValueError(f"{where}.status: unknown status {r['status']!r}")
-    for i, r in enumerate(results):
-        for ref, key in ((RAW, "ratio_to_raw"), (NATIVE, "ratio_to_native")):
-            mine, base = rates.get((r["num_envs"], r["variant"])), rates.get((r["num_envs"], ref))
-            expected = None if mine is None or base is None else mine / base
-            got = r[key]
-            if (expected is None) != (got is None) or (
-                got is not None and not math.isclose(got, expected, rel_tol=1e-9)
-            ):
-                raise ValueError(f"report.results[{i}].{key}: {got} != rates' ratio {expected}")
-
-
-def to_json(report: dict[str, Any]) -> str:
-    """The report as indented JSON text."""
-    return json.dumps(report, indent=2)
-
-
-def save(report: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Writes the report as JSON to ``path`` (folders created) and returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_json(report) + "\n")
-    return path
-
-
-def _ratio(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def table(report: dict[str, Any]) -> str:
-    """A plain-text table of the report, one row per size and variant."""
-    c = report["config"]
-    host = report["host"]
-    lines = [
-        f"{c['model']}: {c['n_steps']} steps x {c['substeps']} substeps, "
-        f"{c['repeats']} repeats, median (spread = (max - min) / median)",
-        describe_backend(report["backend"]),
-        f"host: {host['cpu']}, {host['native_threads']} threads for native, "
-        f"load avg {host.get('load_avg_start')} -> {host.get('load_avg_end')}",
-        "",
-        f"{'num_envs':>8}  {'variant':<10} {'steps/s':>12} {'spread':>7} "
-        f"{'x raw':>6} {'x native':>8} {'compile s':>9} {'peak RSS':>9}",
-    ]
-    for r in report["results"]:
-        head = f"{r['num_envs']:>8}  {r['variant']:<10}"
-        if r["status"] != "ok":
-            lines.append(f"{head} {r['status']}: {r['reason']}")
-            continue
-        rss = r.get("peak_rss_bytes")
-        rss_text = "-" if rss is None else f"{rss / 2**20:.0f} MiB"
-        lines.append(
-            f"{head} {r['steps_per_s']:>12,.0f} {r['spread']:>6.0%} "
-            f"{_ratio(r['ratio_to_raw']):>6} {_ratio(r['ratio_to_native']):>8} "
-            f"{r['compile_s']:>9.1f} {rss_text:>9}"
-        )
-    return "\n".join(lines)
-
-
-def plot(report: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Writes a PNG of steps/s versus ``num_envs`` (log axes), one line per variant.
-
-    Bars span the slowest to the fastest repeat. Needs matplotlib
-    (``pip install 'mjxrunner[bench]'``).
-    """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-        from matplotlib.ticker import NullLocator
-    except ImportError:
-        raise ImportError("plotting needs matplotlib: pip install 'mjxrunner[bench]'") from None
-    fig = Figure(figsize=(7, 4.5), dpi=120)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for name, label in report["variants"].items():
-        rows = [r for r in report["results"] if r["variant"] == name and r["status"] == "ok"]
-        if not rows:
-            continue
-        x = np.array([r["num_envs"] for r in rows])
-        y = np.array([r["steps_per_s"] for r in rows])
-        err = [y - [r["steps_per_s_min"] for r in rows], [r["steps_per_s_max"] for r in rows] - y]
-        color = f"C{list(VARIANTS).index(name)}" if name in VARIANTS else None  # same in every plot
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, color=color, label=f"{name}: {label}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    sizes = report["config"]["num_envs"]
-    ax.set_xticks(sizes, [str(n) for n in sizes])
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("num_envs (worlds)")
-    ax.set_ylabel("env steps / s")
-    c, info = report["config"], report["backend"]
-    ax.set_title(
-        f"{c['model']}, impl {c['impl']}, {info['platform']} ({info['device_kind']}), "
-        f"{c['n_steps']} steps x {c['substeps']} substeps",
-        fontsize=9,
-    )
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    host = report["host"]
-    fig.text(
-        0.01,
-        0.01,
-        f"{describe_backend(info)}\nhost: {host['cpu']}, load avg {host.get('load_avg_start')}",
-        fontsize=6,
-        color="0.4",
-    )
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path

@@ -1,0 +1,282 @@
+"""The benchmark's workload and its variants: :class:`Workload`, what every variant
+runs, and :data:`VARIANTS`, each way of running it (``raw``, ``rollout``, ``env``,
+``step_loop``, ``native``, ``sharded``) as a :class:`Variant` that prepares a
+:class:`Trial`.
+
+What each variant is and how they are timed is told in :mod:`mjxrunner.tools.bench`,
+which re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+from mjxrunner.engine import backend
+
+RAW = "raw"
+NATIVE = "native"
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What every variant runs: same model, batch, steps, substeps and controls.
+
+    Attributes:
+      name: the model as the user named it (registry name or file name).
+      mj_model: the host model.
+      mj_data: host data at the start state (``qpos0`` after ``mj_forward``).
+      num_envs: number of worlds.
+      n_steps: env steps per timed call.
+      substeps: solver calls per env step (each of one ``timestep``).
+      impl: MJX implementation, ``"jax"`` or ``"warp"``.
+      device: the JAX device the MJX variants run on.
+      seed: seeds the controls and the runner.
+      actions: ``(n_steps, num_envs, nu)`` host controls in the MJX float dtype,
+        uniform in each actuator's ``ctrlrange`` (``[-1, 1]`` where unlimited).
+    """
+
+    name: str
+    mj_model: mujoco.MjModel
+    mj_data: mujoco.MjData
+    num_envs: int
+    n_steps: int
+    substeps: int
+    impl: str
+    device: jax.Device
+    seed: int
+    actions: np.ndarray
+
+
+class Unavailable(Exception):
+    """Raised by a variant's ``prepare`` when it cannot run here; the message says why."""
+
+
+@dataclasses.dataclass
+class Trial:
+    """A prepared variant: callables over state it keeps to itself.
+
+    Attributes:
+      run: one whole call of ``n_steps`` env steps; returns only once the results
+        are ready (``block_until_ready`` or a synchronous native call).
+      restore: puts the variant back at the start state, also blocking; untimed.
+      close: frees what ``prepare`` built.
+    """
+
+    run: Callable[[], None]
+    restore: Callable[[], None] = lambda: None
+    close: Callable[[], None] = lambda: None
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One way of running a workload.
+
+    Attributes:
+      name: short key used in reports and on the command line.
+      label: what it is, for tables and plots.
+      prepare: builds a :class:`Trial` for a workload (untimed apart from
+        ``setup_s``); raises :class:`Unavailable` when it cannot run here.
+    """
+
+    name: str
+    label: str
+    prepare: Callable[[Workload], Trial]
+
+
+def _batched_start(w: Workload) -> tuple[mjx.Model, mjx.Data]:
+    """Device model and ``num_envs`` copies of the start data, as the runner builds them.
+
+    ``vmap`` broadcasts the per-world leaves; MJX-Warp's pooled contact buffers stay
+    pooled (MJX declares them unmapped), sized by the runner's default capacities.
+    """
+    b = backend.Backend.make(w.mj_model, w.num_envs, w.impl, w.device)
+    model, one = b.put_model(w.mj_model), b.put_data(w.mj_model, w.mj_data)
+    data = jax.jit(jax.vmap(lambda _: one))(jnp.arange(w.num_envs))
+    return model, jax.block_until_ready(data)
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _raw_rollout(model: mjx.Model, data: mjx.Data, actions: jax.Array, substeps: int):
+    """The floor: ``vmap`` over worlds of a ``lax.scan`` of ``mjx.step``, nothing else."""
+
+    def one_world(d, us):
+        def body(d, u):
+            d = d.replace(ctrl=u)
+            d, _ = jax.lax.scan(lambda d, _: (mjx.step(model, d), None), d, None, substeps)
+            return d, None
+
+        return jax.lax.scan(body, d, us)[0]
+
+    return jax.vmap(one_world, in_axes=(0, 1))(data, actions)
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _raw_rollout_warp(model: mjx.Model, data: mjx.Data, actions: jax.Array, substeps: int):
+    """The floor for impl "warp": the scan outside the ``vmap``, so that Warp's batched
+    FFI call sees the whole batch (as in ``core.physics_step``)."""
+    one_step = jax.vmap(mjx.step, in_axes=(None, 0))
+
+    def body(d, u):
+        d = d.replace(ctrl=u)
+        d, _ = jax.lax.scan(lambda d, _: (one_step(model, d), None), d, None, substeps)
+        return d, None
+
+    return jax.lax.scan(body, data, actions)[0]
+
+
+def _prepare_raw(w: Workload) -> Trial:
+    model, data = _batched_start(w)
+    actions = jax.device_put(w.actions, w.device)
+    rollout = _raw_rollout_warp if w.impl == "warp" else _raw_rollout
+    return Trial(run=lambda: jax.block_until_ready(rollout(model, data, actions, w.substeps)))
+
+
+def _runner(w: Workload) -> Any:
+    from mjxrunner.doors.runner import MultiEnvRunner
+
+    return MultiEnvRunner(w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, device=w.device)
+
+
+def _restorer(runner: Any) -> Callable[[], None]:
+    def restore() -> None:
+        runner.reset_all()
+        jax.block_until_ready(runner.state)
+
+    return restore
+
+
+def _prepare_rollout(w: Workload) -> Trial:
+    runner = _runner(w)
+
+    def run() -> None:
+        trajectory = runner.rollout(w.actions, w.n_steps, substeps=w.substeps)
+        jax.block_until_ready((trajectory, runner.state))
+
+    return Trial(run=run, restore=_restorer(runner))
+
+
+def _env_scan(env: Any, state: Any, actions: jax.Array) -> Any:
+    from mjxrunner.rl import env as env_
+
+    return jax.lax.scan(lambda s, u: (env_.step(env, s, u), None), state, actions)[0]
+
+
+_env_scan_jit = jax.jit(_env_scan)
+
+
+def _prepare_env(w: Workload) -> Trial:
+    from mjxrunner import tasks
+    from mjxrunner.rl import env as env_
+
+    found = tasks.for_model(w.name)
+    if not found:
+        raise Unavailable(f"no task is registered for model {w.name!r}")
+    task = found[0].replace(substeps=w.substeps)
+    # "same_step": ended worlds restart inside the step that ended them.
+    env = env_.make(
+        task, w.num_envs, autoreset="same_step", impl=w.impl, device=w.device, model=w.mj_model
+    )
+    key = jax.device_put(jax.random.key(w.seed), w.device)
+    start = jax.block_until_ready(jax.jit(env_.reset)(env, key))
+    actions = jax.device_put(w.actions, w.device)
+    return Trial(run=lambda: jax.block_until_ready(_env_scan_jit(env, start, actions)))
+
+
+def _prepare_step_loop(w: Workload) -> Trial:
+    runner = _runner(w)
+
+    def run() -> None:
+        for t in range(w.n_steps):
+            runner.set_actions(w.actions[t])
+            runner.step(substeps=w.substeps)
+        jax.block_until_ready(runner.state)
+
+    return Trial(run=run, restore=_restorer(runner))
+
+
+NATIVE_BUFFER_BYTES = 256 * 2**20
+"""Largest state trajectory ``mujoco.rollout`` writes in one call; longer runs go in
+chunks, each restarting from the last state (its solver warm start is not carried)."""
+
+
+def native_threads() -> int:
+    """CPU cores this process may use: the thread count of the native reference."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _prepare_native(w: Workload) -> Trial:
+    from mujoco import rollout
+
+    m = w.mj_model
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    state0 = np.empty(mujoco.mj_stateSize(m, spec))
+    mujoco.mj_getState(m, w.mj_data, state0, spec)
+    state0 = np.tile(state0, (w.num_envs, 1))
+    # (num_envs, n_steps * substeps, nu): each control held for its substeps.
+    control = np.repeat(np.asarray(w.actions, np.float64).transpose(1, 0, 2), w.substeps, axis=1)
+    total = control.shape[1]
+    chunk = max(1, min(total, NATIVE_BUFFER_BYTES // (8 * w.num_envs * state0.shape[1])))
+    threads = native_threads()
+    pool = rollout.Rollout(nthread=threads)
+    datas = [mujoco.MjData(m) for _ in range(threads)]
+
+    def run() -> None:
+        start = state0
+        for t in range(0, total, chunk):
+            states, _ = pool.rollout(
+                m, datas, start, np.ascontiguousarray(control[:, t : t + chunk])
+            )
+            start = states[:, -1]
+
+    return Trial(run=run, close=pool.close)
+
+
+def _prepare_sharded(w: Workload) -> Trial:
+    """The runner's rollout with its worlds split over every device of the platform."""
+    import inspect
+
+    from mjxrunner.doors.runner import MultiEnvRunner
+
+    if "devices" not in inspect.signature(MultiEnvRunner).parameters:
+        raise Unavailable("the sharded runner (issue 6) has not landed: no devices= argument")
+    devices = jax.devices(w.device.platform)
+    if len(devices) < 2:
+        raise Unavailable(
+            f"one {w.device.platform} device here; sharding needs two or more (on CPU, "
+            "XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts)"
+        )
+    if w.num_envs % len(devices):
+        raise Unavailable(f"{w.num_envs} worlds do not split over {len(devices)} devices")
+    runner = MultiEnvRunner(w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, devices=devices)
+
+    def run() -> None:
+        trajectory = runner.rollout(w.actions, w.n_steps, substeps=w.substeps)
+        jax.block_until_ready((trajectory, runner.state))
+
+    return Trial(run=run, restore=_restorer(runner))
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant(RAW, "jit(vmap(scan(mjx.step)))", _prepare_raw),
+        Variant("rollout", "runner.rollout (fused scan)", _prepare_rollout),
+        Variant("env", "scan of env.step (task + autoreset)", _prepare_env),
+        Variant("step_loop", "set_actions + step() Python loop", _prepare_step_loop),
+        Variant(NATIVE, "mujoco.rollout, all CPU threads", _prepare_native),
+        Variant("sharded", "sharded runner", _prepare_sharded),
+    )
+}
+"""Every variant, in report order. Adding a variant is adding one entry here."""
