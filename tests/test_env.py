@@ -234,9 +234,23 @@ def test_a_blown_up_world_is_flagged_truncated_and_restarted(env):
     s = E.jit_step(env, s, action)
     assert s.nonfinite[0] and s.truncated[0] and not s.terminated[0]
     assert not s.nonfinite[1:].any() and not s.done[1:].any()
+    assert s.runner.tripped["action"][0] and not s.runner.tripped["action"][1:].any()
     s = E.jit_step(env, s, np.zeros((N, 1), np.float32))  # next_step: restarted now
     assert np.all(np.isfinite(s.obs)) and not s.nonfinite.any()
     assert s.episode_length[0] == 0 and s.stats.completed[0] == 1
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")
+def test_infinite_actions_trip_the_action_guard_before_any_clipping(env):
+    # +-inf (and a float64 that overflows float32) used to be clipped into the
+    # control range and stepped as if valid.
+    s = E.jit_reset(env, jax.random.key(3))
+    action = np.zeros((N, 1), np.float64)
+    action[0], action[1], action[2] = np.inf, -np.inf, 1e300
+    s = E.jit_step(env, s, action)
+    tripped = np.asarray(s.runner.tripped["action"])
+    np.testing.assert_array_equal(tripped, [True, True, True, False])
+    np.testing.assert_array_equal(np.asarray(s.truncated), [True, True, True, False])
 
 
 def test_stepping_and_switching_modes_never_recompile(env, runs):

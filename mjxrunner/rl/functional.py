@@ -460,7 +460,8 @@ def step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
       env: the env.
       state: the state returned by :func:`reset` or the last :func:`step`.
       action: ``(num_envs, nu)``; clipped to the action bounds before use (the
-        reward sees the clipped action). A NaN/Inf action trips the
+        reward sees the clipped action). A NaN/Inf action (also one that overflows
+        the state's dtype) is never clipped: it trips the
         non-finite-action guard: that world is truncated and restarted.
 
     Returns:

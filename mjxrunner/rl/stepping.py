@@ -90,7 +90,10 @@ def step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvSt
     prev = state.runner
     model = env.model if state.model is None else state.model
     dtype = prev.data.qpos.dtype
-    action = jnp.clip(action.astype(dtype), env.low, env.high)
+    action = action.astype(dtype)
+    # Clipping would hide a NaN/Inf action (or one the cast overflowed) inside the
+    # bounds; as NaN it reaches the action guard, which reads ``ctrl``.
+    action = jnp.where(jnp.isfinite(action), jnp.clip(action, env.low, env.high), jnp.nan)
     prev_done = prev.terminated | prev.truncated
     next_step, same_step = env.mode == NEXT_STEP, env.mode == SAME_STEP
 
