@@ -92,8 +92,10 @@ def step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvSt
     dtype = prev.data.qpos.dtype
     action = action.astype(dtype)
     # Clipping would hide a NaN/Inf action (or one the cast overflowed) inside the
-    # bounds; as NaN it reaches the action guard, which reads ``ctrl``.
-    action = jnp.where(jnp.isfinite(action), jnp.clip(action, env.low, env.high), jnp.nan)
+    # bounds; as NaN it reaches the action guard, which reads ``ctrl``. ``a - a`` is
+    # 0 for a finite ``a`` and NaN otherwise (a select in its place changed how XLA
+    # fuses the step, and a group env's step then differed from its members' by ~1e-9).
+    action = jnp.clip(action, env.low, env.high) + (action - action)
     prev_done = prev.terminated | prev.truncated
     next_step, same_step = env.mode == NEXT_STEP, env.mode == SAME_STEP
 
