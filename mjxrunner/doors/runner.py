@@ -101,7 +101,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         **kwargs: Any,
     ):
         num_envs = checks.count(num_envs, "num_envs")
-        seed = checks.count(seed, "seed", minimum=0)
+        seed = checks.seed(seed)
         opts = options_.of(options_.RUNNER, options, **kwargs)
         backend.check_impl(opts.impl)
         mj_model = copy.copy(load_any(model))  # later edits of the caller's model stay there
