@@ -72,7 +72,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
       model: an ``MjModel``, a name from ``models/`` (see ``mjxrunner.models.list()``),
         a path to an MJCF/MJB file, or MJCF text.
       num_envs: number of worlds.
-      seed: seeds the per-world RNG keys.
+      seed: seeds the per-world RNG keys: an int in ``[0, 2**32)``, or ``[0, 2**63)``
+        with ``jax_enable_x64`` (what ``jax.random.key`` takes whole).
       keyframe: name or index of a keyframe to start from (None: ``qpos0``).
       devices: None (one device), or devices to split the worlds across; see
         :meth:`shard`.

@@ -251,6 +251,10 @@ class Term:
         the draw) or ``"set"`` (the draw itself).
       index: None for the whole field, or an index into its core shape (e.g. a body
         id, or ``(geom_id, 0)`` for one friction coefficient).
+
+    Where terms are attached (:func:`check_terms`), every value a term can draw must
+    pass the rules ``set_param`` enforces (finite, masses and damping >= 0, timestep
+    > 0, ranges ordered), checked at the bounds of its draws.
     """
 
     path: str
