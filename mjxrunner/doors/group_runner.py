@@ -96,7 +96,7 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
     ):
         if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
             raise TypeError("groups must be a sequence of (model, num_envs[, options])")
-        seed = checks.count(seed, "seed", minimum=0)
+        seed = checks.seed(seed)
         specs = [group_spec(spec, g) for g, spec in enumerate(groups)]
         self._index = WorldIndex.of([n for _, n, _ in specs])
         self._members = tuple(

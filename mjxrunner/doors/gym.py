@@ -180,7 +180,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         **options: Any,
     ):
         mode = _autoreset_mode(autoreset_mode)
-        self._seed = checks.count(seed, "seed", minimum=0)
+        self._seed = checks.seed(seed)
         if render_mode is not None and render_mode not in type(self).metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be None or one of {type(self).metadata['render_modes']}, "
@@ -292,7 +292,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
           observation terms, ``obs`` is a dict of ``(num_envs, *term)`` arrays.
         """
         if seed is not None:
-            seed = checks.count(seed, "seed", minimum=0)
+            seed = checks.seed(seed)
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         if options:

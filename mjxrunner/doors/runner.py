@@ -72,7 +72,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
       model: an ``MjModel``, a name from ``models/`` (see ``mjxrunner.models.list()``),
         a path to an MJCF/MJB file, or MJCF text.
       num_envs: number of worlds.
-      seed: seeds the per-world RNG keys.
+      seed: seeds the per-world RNG keys: an int in ``[0, 2**32)``, or ``[0, 2**63)``
+        with ``jax_enable_x64`` (what ``jax.random.key`` takes whole).
       keyframe: name or index of a keyframe to start from (None: ``qpos0``).
       devices: None (one device), or devices to split the worlds across; see
         :meth:`shard`.
@@ -101,7 +102,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         **kwargs: Any,
     ):
         num_envs = checks.count(num_envs, "num_envs")
-        seed = checks.count(seed, "seed", minimum=0)
+        seed = checks.seed(seed)
         opts = options_.of(options_.RUNNER, options, **kwargs)
         backend.check_impl(opts.impl)
         mj_model = copy.copy(load_any(model))  # later edits of the caller's model stay there

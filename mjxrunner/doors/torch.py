@@ -119,7 +119,7 @@ class TorchVecEnv:
                     f"TorchVecEnv does not take {name}=: it autoresets in the same step "
                     "and lives on one device (run one process per GPU)"
                 )
-        self._seed = checks.count(seed, "seed", minimum=0)
+        self._seed = checks.seed(seed)
         env = env_.make(
             task, num_envs, autoreset="same_step", impl=impl, device=device, model=model, **options
         )
@@ -192,7 +192,7 @@ class TorchVecEnv:
         if options:
             raise ValueError(f"reset takes no options, got {sorted(options)}")
         if seed is not None:
-            seed = checks.count(seed, "seed", minimum=0)
+            seed = checks.seed(seed)
         norm = self.state.obs_norm if self._door.ready else None
         if seed is None and self._door.ready:
             state = env_.jit_reset_worlds(self.env, self.state, np.ones(self.num_envs, bool))

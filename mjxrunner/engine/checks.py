@@ -6,6 +6,7 @@ import math
 import numbers
 from typing import Any
 
+import jax
 import numpy as np
 
 
@@ -15,6 +16,27 @@ def count(value: Any, name: str, minimum: int = 1) -> int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def seed(value: Any, name: str = "seed") -> int:
+    """A PRNG seed: an int in ``[0, 2**63)`` with ``jax_enable_x64``, else ``[0, 2**32)``.
+
+    ``jax.random.key`` takes an int64 (a larger int raises OverflowError inside
+    JAX); without x64 it keeps only a seed's low 32 bits, so a larger seed would
+    silently repeat a smaller one's streams.
+    """
+    bits = 63 if jax.config.jax_enable_x64 else 32
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 0 <= value < 2**bits:
+        why = (
+            "jax.random.key takes an int64"
+            if bits == 63
+            else "without jax_enable_x64, jax.random.key keeps a seed's low 32 bits only"
+        )
+        shown = value if abs(value) < 2**64 else f"an int of {int(value).bit_length()} bits"
+        raise ValueError(f"{name} must be an int in [0, 2**{bits}) ({why}), got {shown}")
     return int(value)
 
 

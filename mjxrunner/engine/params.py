@@ -66,6 +66,19 @@ NONNEGATIVE = frozenset(
     }
 )
 POSITIVE = frozenset({"opt.timestep"})
+# Fields of ``[lo, hi]`` pairs (last axis): lo <= hi (an unlimited one is [0, 0]).
+RANGES = frozenset(
+    {
+        "jnt_range",
+        "jnt_actfrcrange",
+        "tendon_range",
+        "tendon_actfrcrange",
+        "actuator_ctrlrange",
+        "actuator_forcerange",
+        "actuator_actrange",
+        "actuator_lengthrange",
+    }
+)
 
 
 def get_leaf(model: mjx.Model, path: str) -> Any:
@@ -100,14 +113,30 @@ def check_settable(model: mjx.Model, path: str) -> jax.Array:
     return leaf
 
 
-def check_values(path: str, values: np.ndarray) -> None:
-    """Refuses non-finite values and values out of a field's physical range."""
-    if not np.all(np.isfinite(values)):
+def check_values(path: str, values: np.ndarray, upper: np.ndarray | None = None) -> None:
+    """Refuses non-finite values and values out of a field's physical range.
+
+    With ``upper``, ``values`` and ``upper`` bound each element of what can be
+    written (an element anywhere in its ``[values, upper]``, independently of the
+    others, as randomization draws it), and the rules must hold for every such array.
+    """
+    low, high = values, values if upper is None else upper
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
         raise ValueError(f"values for {path!r} must be finite")
-    if path in NONNEGATIVE and np.any(values < 0):
-        raise ValueError(f"values for {path!r} must be >= 0, got min {values.min()}")
-    if path in POSITIVE and np.any(values <= 0):
-        raise ValueError(f"values for {path!r} must be > 0, got min {values.min()}")
+    if path in NONNEGATIVE and np.any(low < 0):
+        raise ValueError(f"values for {path!r} must be >= 0, got min {low.min()}")
+    if path in POSITIVE and np.any(low <= 0):
+        raise ValueError(f"values for {path!r} must be > 0, got min {low.min()}")
+    if path in RANGES:
+        # Worst case of independent elements: the lower end at its highest, the
+        # upper end at its lowest.
+        bad = np.argwhere(high[..., 0] > low[..., 1])
+        if bad.size:
+            at = tuple(bad[0])
+            raise ValueError(
+                f"values for {path!r} must be ranges [lo, hi] with lo <= hi, got "
+                f"lo {high[..., 0][at]} > hi {low[..., 1][at]} at index {[int(i) for i in at]}"
+            )
 
 
 # --- derived constants --------------------------------------------------------------
@@ -222,6 +251,10 @@ class Term:
         the draw) or ``"set"`` (the draw itself).
       index: None for the whole field, or an index into its core shape (e.g. a body
         id, or ``(geom_id, 0)`` for one friction coefficient).
+
+    Where terms are attached (:func:`check_terms`), every value a term can draw must
+    pass the rules ``set_param`` enforces (finite, masses and damping >= 0, timestep
+    > 0, ranges ordered), checked at the bounds of its draws.
     """
 
     path: str
@@ -295,13 +328,20 @@ def promote(model: mjx.Model, rand: Randomization | None, num_envs: int) -> mjx.
 
 
 def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
-    """Validates terms against the model before anything is compiled."""
+    """Validates terms against the model before anything is compiled.
+
+    Each field a term draws must obey the rules of :func:`check_values` (what
+    ``set_param`` enforces) over the whole range of its draws: the term's ``low`` and
+    ``high`` applied to ``model``'s values give each element's extremes. A later term
+    on the same element replaces an earlier one, as :func:`randomize` does.
+    """
     terms = tuple(terms)
-    for t in terms:
+    bounds: dict[str, list] = {}  # path -> [lowest, highest, term numbers]
+    for i, t in enumerate(terms):
         if not isinstance(t, Term):
             raise TypeError(f"randomization terms must be Term, got {type(t).__name__}")
         leaf = check_settable(model, t.path)
-        core = leaf.shape[leaf.ndim - get_leaf(core_ndims(model), t.path) :]
+        core = core_shape(model, t.path)
         if t.index is not None:
             try:
                 np.empty(core)[t.index]
@@ -309,6 +349,30 @@ def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
                 raise ValueError(
                     f"index {t.index!r} does not fit {t.path!r} of shape {core}"
                 ) from e
+        base = np.asarray(leaf)
+        lo, hi, which = bounds.setdefault(t.path, [base.copy(), base.copy(), []])
+        where = (Ellipsis,) if t.index is None else np.index_exp[t.index]
+        where = (slice(None),) * (base.ndim - len(core)) + where
+        target = base[where].astype(np.float64)
+        ends = {
+            "scale": (target * t.low, target * t.high),
+            "add": (target + t.low, target + t.high),
+            "set": (np.full_like(target, t.low), np.full_like(target, t.high)),
+        }[t.operation]
+        with np.errstate(over="ignore", invalid="ignore"):  # reported as non-finite
+            a, b = (e.astype(base.dtype) for e in ends)
+        lo[where], hi[where] = np.minimum(a, b), np.maximum(a, b)
+        which.append(i)
+    for path, (lo, hi, which) in bounds.items():
+        try:
+            check_values(path, lo, hi)
+        except ValueError as e:
+            named = ", ".join(f"{i} {terms[i]!r}" for i in which)
+            raise ValueError(
+                f"randomization term {named} can draw values set_param refuses (checked "
+                f"at the bounds of its draws, low and high applied to the model's "
+                f"values): {e}"
+            ) from None
     return terms
 
 

@@ -239,11 +239,10 @@ class Env:
         afresh unless given ``obs_norm=``; ``state.obs_norm.freeze()`` stops them
         for evaluation. Changes the state's structure: compiles the step once.
         """
-        if not isinstance(enabled, bool):
-            raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+        spec = normalization_spec(enabled, clip, eps)
         if enabled:
             normalize.init(self.observation_spec, backend.float_dtype())  # something to scale
-        return self.replace(normalize=normalize.Spec.of(clip, eps) if enabled else None)
+        return self.replace(normalize=spec)
 
     def shard(self, devices: Any) -> Env:
         """A copy split over ``devices`` (see :meth:`MultiEnvRunner.shard`); states
@@ -269,6 +268,19 @@ def _mode_code(autoreset: Any) -> int:
     if autoreset not in AUTORESET_MODES:
         raise ValueError(f"autoreset must be one of {AUTORESET_MODES}, got {autoreset!r}")
     return AUTORESET_MODES.index(autoreset)
+
+
+def normalization_spec(enabled: Any, clip: Any, eps: Any) -> normalize.Spec | None:
+    """The normalization of ``with_obs_normalization(enabled, clip=, eps=)``, None
+    when off; a clip without normalization is refused, not ignored."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+    if not enabled and clip is not None:
+        raise ValueError(
+            f"obs_clip (clip) bounds normalized observations: it needs normalize_obs=True "
+            f"(enabled=True), got obs_clip={clip!r} with normalization off"
+        )
+    return normalize.Spec.of(clip, eps) if enabled else None
 
 
 def make(
@@ -340,7 +352,7 @@ def make(
     mode = _mode_code(autoreset)
     impl = backend.check_impl(opts.impl)
     reset_pool = checks.count(reset_pool, "reset_pool", minimum=0)
-    pool_seed = checks.count(pool_seed, "pool_seed", minimum=0)
+    pool_seed = checks.seed(pool_seed, "pool_seed")
     if restart_slots is None:
         restart_slots = -(-num_envs // 8)
     restart_slots = checks.count(restart_slots, "restart_slots")

@@ -116,9 +116,7 @@ class GroupEnv:
     ) -> GroupEnv:
         """A copy that normalizes observations by statistics over all groups (see
         :meth:`Env.with_obs_normalization`)."""
-        if not isinstance(enabled, bool):
-            raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
-        return self.replace(normalize=normalize.Spec.of(clip, eps) if enabled else None)
+        return self.replace(normalize=functional.normalization_spec(enabled, clip, eps))
 
     def shard(self, devices: Any) -> GroupEnv:
         """A copy with every group split over ``devices`` (each group's size a
