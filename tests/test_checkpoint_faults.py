@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 
@@ -149,15 +150,17 @@ def kill_mid_save(path) -> int:
             stdout=subprocess.PIPE,
             text=True,
         )
+        watchdog = threading.Timer(180, child.kill)  # bounds the wait for its line too
+        watchdog.start()
         try:
             assert child.stdout.readline().strip() == "saving"
             tmp = path.with_name(f".{path.name}.{child.pid}.tmp")
-            deadline = time.monotonic() + 120
             while not (tmp.exists() and tmp.stat().st_size > 0):
-                assert time.monotonic() < deadline and child.poll() is None
+                assert child.poll() is None, "the child ended before a save began"
                 time.sleep(0.001)
             child.send_signal(signal.SIGKILL)
         finally:
+            watchdog.cancel()
             child.kill()
             child.wait(timeout=60)  # reaped: its pid runs no process now
         if tmp.exists():

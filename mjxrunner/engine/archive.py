@@ -189,7 +189,7 @@ def remove_stale_temps(path: Path) -> list[Path]:
 
 def _running(pid: int) -> bool:
     """Whether ``pid`` is a running process (ours counts: a save in another thread)."""
-    if pid == os.getpid():
+    if pid == os.getpid() or os.name == "nt":  # Windows' os.kill would end the process
         return True
     try:
         os.kill(pid, 0)  # signal 0 checks existence only
