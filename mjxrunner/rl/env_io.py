@@ -123,7 +123,7 @@ def load_env(
         read(path, kind="env")  # raises, saying what the file holds
     n = header["num_envs"]
     name = task if isinstance(task, str) else getattr(task, "name", None)
-    if task is not None and name != header["task"] and not allow_other_task:
+    if name is not None and name != header["task"] and not allow_other_task:
         raise CheckpointError(
             f"checkpoint {where} holds an env of task {header['task']!r}, not {name!r}: "
             f"pass allow_other_task=True to load its state under {name!r}"
