@@ -1,6 +1,7 @@
 """Checkpoints of runners and envs: exact continuation, atomic writes, corrupt files,
 mismatches, old formats."""
 
+import dataclasses
 import json
 import os
 import zipfile
@@ -185,8 +186,7 @@ def rewrite(src, dst, change):
     }
     header["sha256"] = checkpoint._checksum(arrays, header)
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
-    with open(dst, "wb") as f:
-        np.savez(f, **arrays)
+    dst.write_bytes(archive.pack(arrays))
 
 
 def test_well_formed_but_wrong_content_is_refused(good, tmp_path):
@@ -196,8 +196,7 @@ def test_well_formed_but_wrong_content_is_refused(good, tmp_path):
     header, arrays = checkpoint.read(good)
     tamper(header, arrays)
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
-    with open(tmp_path / "t", "wb") as f:
-        np.savez(f, **arrays)
+    (tmp_path / "t").write_bytes(archive.pack(arrays))
     with pytest.raises(CheckpointError, match="checksum"):
         MultiEnvRunner.load(tmp_path / "t")
 
@@ -217,16 +216,14 @@ def test_well_formed_but_wrong_content_is_refused(good, tmp_path):
     header, arrays = checkpoint.read(good)
     del arrays["state/.ctrl"]  # the index still lists it
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
-    with open(tmp_path / "short", "wb") as f:
-        np.savez(f, **arrays)
+    (tmp_path / "short").write_bytes(archive.pack(arrays))
     with pytest.raises(CheckpointError, match="checksum"):
         MultiEnvRunner.load(tmp_path / "short")
 
     header, arrays = checkpoint.read(good)
     header["num_envs"] = 8  # the header is under the checksum too
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
-    with open(tmp_path / "h", "wb") as f:
-        np.savez(f, **arrays)
+    (tmp_path / "h").write_bytes(archive.pack(arrays))
     with pytest.raises(CheckpointError, match="checksum"):
         MultiEnvRunner.load(tmp_path / "h")
 
@@ -381,7 +378,22 @@ def test_env_checkpoint_refusals(envs, tmp_path):
     rewrite(path, tmp_path / "task", unknown_task)
     with pytest.raises(CheckpointError, match=r"task 'no_such_task', which is not registered"):
         env_.load(tmp_path / "task")
-    _, again = env_.load(tmp_path / "task", task="cartpole_balance")
+    # a Task that is not registered, under the saved name
+    unregistered = dataclasses.replace(env.task, name="no_such_task")
+    _, again = env_.load(tmp_path / "task", task=unregistered)
+    assert_bit_identical(state, again)
+    # another task than the saved one: refused unless asked for (issue 29, defect 8)
+    with pytest.raises(
+        CheckpointError,
+        match=r"task 'cartpole_balance', not 'cartpole_swingup'.*allow_other_task=True",
+    ):
+        env_.load(path, task="cartpole_swingup")
+    with pytest.raises(CheckpointError, match=r"not 'cartpole_balance'.*allow_other_task"):
+        env_.load(tmp_path / "task", task="cartpole_balance")
+    other, again = env_.load(path, task="cartpole_swingup", allow_other_task=True)
+    assert other.task.name == "cartpole_swingup"
+    assert_bit_identical(state.runner.data, again.runner.data)
+    _, again = env_.load(path, task="cartpole_balance")  # the saved task, by name
     assert_bit_identical(state, again)
     with pytest.raises(ValueError, match="num_envs"):
         env_.save(path, env_.make("cartpole_balance", 2), state)

@@ -1,6 +1,9 @@
-"""The checkpoint file format: one ``.npz`` with a JSON header, checksummed.
+"""The checkpoint file format: a checked prefix, then one ``.npz`` with a JSON header.
 
-A checkpoint is one NumPy ``.npz`` file (a zip of ``.npy`` arrays, read with
+A checkpoint file (format version 3) starts with a fixed 52-byte prefix: the magic
+bytes ``b"\\x93MJXCKPT"``, the format version (``uint32``, little-endian), the
+payload's length in bytes (``uint64``) and the SHA-256 of the payload (32 bytes).
+The payload follows: one NumPy ``.npz`` file (a zip of ``.npy`` arrays, read with
 ``allow_pickle=False``), holding:
 
 * ``__header__``: UTF-8 JSON: format and version, ``kind`` (``"runner"`` or
@@ -23,19 +26,31 @@ saves its own state with them: the engine's configuration (:mod:`.codec`), the
 runner (:mod:`mjxrunner.doors.runner_io`), the env (:mod:`mjxrunner.rl.env_io`) and
 the groups (:mod:`mjxrunner.rl.group_env`, :mod:`mjxrunner.doors.runner_io`).
 
-Writing goes to a temporary file in the target directory, flushed to disk and then
-renamed over the target (``os.replace``), so a crash leaves the old file or the new
-one, never a mix. Loading reads and checks everything (zip CRCs, the checksum, the
-structure against a freshly built runner or env) before it returns anything, so a
-bad file raises :class:`CheckpointError` and never yields a half-restored object.
+The prefix is checked (its length and hash against the bytes that follow) before
+the zip is opened: a zip reader finds its directory from the end of a file and
+accepts data before it, so a cut file of groups, whose last member is a whole
+checkpoint stored uncompressed, would otherwise read as that member. Files of
+format version 2 (a bare ``.npz``, from before the prefix) still load; their zip
+must start at the first byte of the file, which a cut file of groups fails.
+
+Writing goes to a temporary file ``.<name>.<pid>.tmp`` in the target directory,
+flushed to disk and then renamed over the target (``os.replace``), so a crash leaves
+the old file or the new one, never a mix; the next save to the same path removes
+the temporary files of saves whose process is gone. Loading reads and checks
+everything (the prefix, the checksum, the structure against a freshly built runner
+or env) before it returns anything, so a bad file raises :class:`CheckpointError`
+and never yields a half-restored object.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import io
 import json
 import os
-import zipfile
+import re
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,7 +66,14 @@ from mjxrunner.engine.sharding import host_copy
 FORMAT = "mjxrunner-checkpoint"
 
 
-VERSION = 2
+VERSION = 3
+"""The format version written; files of version 2 (a bare ``.npz``) still load."""
+
+READABLE = (2, VERSION)
+
+MAGIC = b"\x93MJXCKPT"
+_PREFIX = struct.Struct("<8sIQ32s")  # magic, version, payload length, SHA-256 of the payload
+_ZIP = b"PK\x03\x04"  # how a version-2 file, a bare zip, starts
 
 
 KINDS = ("runner", "env", "groups")
@@ -121,10 +143,12 @@ def write(
     if jax.process_index() != 0:  # every process gathered; one writes
         return path
 
+    remove_stale_temps(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **out)
+            for chunk in _encode(out):
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -132,6 +156,48 @@ def write(
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def pack(arrays: dict[str, np.ndarray]) -> bytes:
+    """The bytes of a checkpoint file holding ``arrays`` (``"__header__"`` among
+    them): the prefix, then the ``.npz`` payload it describes."""
+    return b"".join(_encode(arrays))
+
+
+def _encode(arrays: dict[str, np.ndarray]) -> tuple[bytes, memoryview]:
+    """``(prefix, payload)``: the payload not copied, as checkpoints can be large."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    payload = buf.getbuffer()
+    digest = hashlib.sha256(payload).digest()
+    return _PREFIX.pack(MAGIC, VERSION, len(payload), digest), payload
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Removes the temporary files that saves to ``path`` left when their process
+    was killed (``.<name>.<pid>.tmp`` whose pid runs no process); a running save's
+    file is kept. Returns the files removed."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.tmp")
+    removed = []
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        match = pattern.fullmatch(tmp.name)
+        if match and not _running(int(match.group(1))):
+            tmp.unlink(missing_ok=True)  # another save may have removed it first
+            removed.append(tmp)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a running process (ours counts: a save in another thread)."""
+    if pid == os.getpid() or os.name == "nt":  # Windows' os.kill would end the process
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0 checks existence only
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # another user's process, or unknowable: keep its file
+    return True
 
 
 def host_tree(tree: Any) -> Any:
@@ -201,10 +267,15 @@ def read(
     where = repr(str(path))
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint file {where}")
+    payload, container = _payload(path, where)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+            # A zip reader accepts data before the zip: a version-2 file's zip must
+            # start at its first byte, or it is a member of a cut file of groups.
+            if min((i.header_offset for i in z.zip.infolist()), default=0) != 0:
+                raise CheckpointError("its zip does not start at the first byte")
             arrays = {name: z[name] for name in z.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as e:
+    except Exception as e:  # corrupt bytes fail in many ways (zip, struct, numpy)
         raise CheckpointError(
             f"{where} is not a readable checkpoint (truncated or corrupt): {e}"
         ) from None
@@ -218,6 +289,11 @@ def read(
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise CheckpointError(f"{where} is not an {FORMAT} file")
     _check_version(header.get("version"), where)
+    if header["version"] != container:
+        raise CheckpointError(
+            f"{where} is corrupt: its header says format version {header['version']}, "
+            f"its file is laid out as version {container}"
+        )
     saved_kind = header.get("kind")
     if saved_kind not in KINDS:
         raise CheckpointError(f"{where} has an unknown checkpoint kind {saved_kind!r}")
@@ -245,18 +321,53 @@ def read(
     return header, arrays
 
 
+def _payload(path: Path, where: str) -> tuple[bytes, int]:
+    """``(the .npz bytes, format version of the file's layout)``, the prefix of a
+    version-3 file checked (length, hash) before anything reads the zip."""
+    with open(path, "rb") as f:
+        head = f.read(_PREFIX.size)
+        if head.startswith(_ZIP):  # version 2: a bare zip, checked once open
+            return head + f.read(), 2
+        if len(head) < _PREFIX.size or not head.startswith(MAGIC):
+            raise CheckpointError(
+                f"{where} is not a readable checkpoint (truncated or corrupt): it does "
+                f"not start with the {FORMAT} prefix"
+            )
+        _, version, length, digest = _PREFIX.unpack(head)
+        if version != VERSION:
+            _check_version(version, where)  # a newer file: say so
+            raise CheckpointError(
+                f"{where} is not a readable checkpoint (truncated or corrupt): its "
+                f"prefix says format version {version}"
+            )
+        held = os.fstat(f.fileno()).st_size - _PREFIX.size
+        # Compared before reading: a corrupt length must not size a read.
+        payload = f.read(length) if held == length else b""
+    if len(payload) != length:
+        raise CheckpointError(
+            f"{where} is not a readable checkpoint (truncated or corrupt): its prefix "
+            f"announces {length} bytes after it, the file holds {held}"
+        )
+    if hashlib.sha256(payload).digest() != digest:
+        raise CheckpointError(
+            f"{where} is not a readable checkpoint (truncated or corrupt): its SHA-256 "
+            "does not match the one in its prefix"
+        )
+    return payload, VERSION
+
+
 def _check_version(version: Any, where: str) -> None:
-    if version == VERSION:
+    if version in READABLE:
         return
     if isinstance(version, int) and not isinstance(version, bool) and version < VERSION:
         raise CheckpointError(
             f"{where} was written by an older mjxrunner (checkpoint format version "
-            f"{version}) and cannot be read by this one (format version {VERSION}); "
-            "load it with the mjxrunner version that wrote it"
+            f"{version}) and cannot be read by this one (format versions "
+            f"{READABLE[0]} to {VERSION}); load it with the mjxrunner version that wrote it"
         )
     raise CheckpointError(
         f"{where} has checkpoint format version {version!r}; this mjxrunner reads "
-        f"version {VERSION} (was it written by a newer mjxrunner?)"
+        f"versions {READABLE[0]} to {VERSION} (was it written by a newer mjxrunner?)"
     )
 
 

@@ -79,6 +79,7 @@ def load_env(
     path: str | os.PathLike,
     *,
     task: Any = None,
+    allow_other_task: bool = False,
     device: Any = None,
     devices: Any = None,
     guards: Any = (),
@@ -90,7 +91,9 @@ def load_env(
     Args:
       path: the file.
       task: the task (a ``Task`` or a registered name), when it is not registered
-        under its saved name.
+        under its saved name; it must have the saved task's name.
+      allow_other_task: load the saved state under a ``task`` of another name
+        (e.g. a ``cartpole_balance`` run continued as ``cartpole_swingup``).
       device: where to put the env (None: JAX's default device).
       devices: devices to split the worlds over (None: one device); the file does
         not depend on how the saving env was split.
@@ -100,18 +103,31 @@ def load_env(
     Raises:
       FileNotFoundError: no such file.
       CheckpointError: the file is unreadable, holds a runner, names a task that
-        is not registered (and ``task`` is not given), or does not fit this process.
+        is not registered (and ``task`` is not given), names another task than
+        ``task`` (and ``allow_other_task`` is not set), or does not fit this process.
     """
     header, arrays = read(path)
     where = repr(str(path))
     if header["kind"] in READERS and header.get("of") == "env":
-        options = {"task": task, "device": device, "devices": devices, "guards": guards}
+        options = {
+            "task": task,
+            "allow_other_task": allow_other_task,
+            "device": device,
+            "devices": devices,
+            "guards": guards,
+        }
         return READERS[header["kind"]](
             header, arrays, where, user_template=user_template, **options
         )
     if header["kind"] != "env":
         read(path, kind="env")  # raises, saying what the file holds
     n = header["num_envs"]
+    name = task if isinstance(task, str) else getattr(task, "name", None)
+    if name is not None and name != header["task"] and not allow_other_task:
+        raise CheckpointError(
+            f"checkpoint {where} holds an env of task {header['task']!r}, not {name!r}: "
+            f"pass allow_other_task=True to load its state under {name!r}"
+        )
     if task is None:
         try:
             task = tasks.get(header["task"])
@@ -197,7 +213,8 @@ def load(path: str | os.PathLike, **kwargs: Any) -> tuple[Any, Any]:
     """``(env, state)`` from a checkpoint written by :func:`save`.
 
     Keyword arguments as :func:`load_env`: ``task`` (when it is not registered under
-    its saved name), ``device``, ``devices`` (to split the worlds over), ``guards``
-    (user guards, which are not saved), ``user_template``.
+    its saved name), ``allow_other_task`` (to load under a ``task`` of another name,
+    refused otherwise), ``device``, ``devices`` (to split the worlds over),
+    ``guards`` (user guards, which are not saved), ``user_template``.
     """
     return load_env(path, **kwargs)
