@@ -197,6 +197,8 @@ class TorchVecEnv:
         Returns:
           ``({"policy": (num_envs, obs_dim) tensor}, {})``.
         """
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         if options:
             raise ValueError(f"reset takes no options, got {sorted(options)}")
         if seed is not None:
@@ -268,7 +270,10 @@ class TorchVecEnv:
         so that time limits do not fall on the same step everywhere); values in
         ``[0, max_episode_length]``."""
         if isinstance(lengths, torch.Tensor):
-            lengths = lengths.detach().cpu().numpy()
+            lengths = lengths.detach().cpu()
+            if lengths.dtype == torch.bfloat16:  # which NumPy has not
+                lengths = lengths.float()
+            lengths = lengths.numpy()
         lengths = checks.finite_array(lengths, "lengths", (self.num_envs,), np.float64)
         if (lengths < 0).any() or (lengths > self.max_episode_length).any():
             raise ValueError(f"lengths must lie in [0, {self.max_episode_length}]")

@@ -441,12 +441,13 @@ def reset_from_keys(
 def check_action(env: Env, action: Any) -> jax.Array:
     """``action`` as an array of ``(num_envs, nu)`` real numbers (traceable: values
     are not read; a NaN/Inf trips the guard in the step)."""
+    if isinstance(action, np.ndarray) and not action.dtype.isnative:  # JAX takes native only
+        action = action.astype(action.dtype.newbyteorder("="))
     try:
         action = jnp.asarray(action)
     except (TypeError, ValueError):
-        raise TypeError(
-            f"action must be an array of real numbers, got {type(action).__name__}"
-        ) from None
+        got = getattr(action, "dtype", type(action).__name__)
+        raise TypeError(f"action must be an array of real numbers, got {got}") from None
     if action.shape != (env.num_envs, env.action_size):
         raise ValueError(
             f"action must have shape (num_envs, nu) = {(env.num_envs, env.action_size)}, "
