@@ -1,9 +1,11 @@
-"""The hostile-input properties (tests/test_hostile.py) at scale.
+"""The hostile-input properties (tests/test_hostile.py: the runner; and
+tests/test_hostile_doors.py: the torch, rsl_rl, Brax and group doors) at scale.
 
 Runs the property tests under the "fuzz" hypothesis profile (tests/conftest.py:
 1000 examples per property instead of the suite's 40) in one pytest process and
 prints, per property and in total, the examples tried (from hypothesis'
-statistics: passing + failing + invalid, over every phase) and the failures.
+statistics: passing + failing + invalid, over every phase), per file and in total,
+and the failures.
 Exits non-zero if any property failed.
 
     .venv/bin/python benchmarks/fuzz.py [--profile fuzz] [-k EXPR]
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+FILES = ("test_hostile.py", "test_hostile_doors.py")
 # e.g. "40 passing, 0 failing, and 0 invalid test cases" (older: "... examples")
 COUNTS = re.compile(r"(\d+) passing\b.*?(\d+) failing\b.*?(\d+) invalid")
 TEST = re.compile(r"^(\S+::\S+):\s*$")
@@ -48,7 +51,7 @@ def main() -> int:
         sys.executable,
         "-m",
         "pytest",
-        str(ROOT / "tests" / "test_hostile.py"),
+        *(str(ROOT / "tests" / f) for f in FILES),
         "-q",
         "-p",
         "no:cacheprovider",
@@ -68,6 +71,10 @@ def main() -> int:
     for test, (passing, failing, invalid) in counts.items():
         tried = passing + failing + invalid
         print(f"{test.split('::')[-1]:<{width}} {tried:>7} {failing:>7} {invalid:>7}")
+    for file in FILES:
+        mine = [c for t, c in counts.items() if t.split("::")[0].endswith(file)]
+        tried = sum(sum(c) for c in mine)
+        print(f"{file:<{width}} {tried:>7} {sum(c[1] for c in mine):>7} {'':>7}")
     total = [sum(c[i] for c in counts.values()) for i in range(3)]
     print(f"{'total':<{width}} {sum(total):>7} {total[1]:>7} {total[2]:>7}")
     print(f"failed properties: {len(failed_tests)} {failed_tests}")

@@ -28,6 +28,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from mjxrunner import CompileCounter, tasks
 from mjxrunner.doors.gym import MjxVectorEnv
 from mjxrunner.engine import models
+from mjxrunner.engine.params import Term
 from mjxrunner.rl import env as E
 
 TASK = tasks.get("cartpole_balance").replace(max_episode_steps=25)  # as in test_env
@@ -305,3 +306,17 @@ def test_a_door_split_over_two_devices_steps_as_on_one(adapters):
         np.testing.assert_array_equal(got[2] | got[3], term | trunc)
         assert sorted(got[4]) == sorted(info)
     assert two.state.runner.data.qpos.sharding.num_devices == 2
+
+
+def test_set_randomization_keeps_the_running_worlds_until_the_next_reset(adapters):
+    v = MjxVectorEnv(TASK, N, seed=SEED)  # the compiled step of adapters' NEXT_STEP
+    v.reset(seed=SEED)
+    v.step(np.zeros((N, 1), np.float32))
+    running = v.env
+    v.set_randomization([Term("dof_damping", 0.5, 2.0)])
+    v.step(np.zeros((N, 1), np.float32))  # the state was thrown away: "call reset()"
+    np.testing.assert_array_equal(v.state.episode_length, 2)
+    assert v.env is running and v.state.model is None  # the worlds run on as they were
+    v.reset()  # the new terms from here on
+    assert v.env.config.randomization is not None and v.state.model is not None
+    np.testing.assert_array_equal(v.state.episode_length, 0)

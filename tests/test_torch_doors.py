@@ -76,8 +76,6 @@ def test_tensors_match_the_functional_env(door, reference):
 
 def test_no_copies_between_jax_and_torch(door):
     door.reset(seed=0)
-    obs = door.observations()["policy"]
-    assert obs.data_ptr() == door.state.obs.unsafe_buffer_pointer()  # a view of the state
     action = torch.zeros(N, 1)
     assert to_jax(action).unsafe_buffer_pointer() == action.data_ptr()  # and back
     x = jnp.arange(6.0)
@@ -119,6 +117,24 @@ def test_bad_actions_are_refused_and_change_nothing(door):
         TorchVecEnv(TASK, N, devices=2)
     with pytest.raises(RuntimeError, match="reset"):
         TorchVecEnv(TASK, N).step(torch.zeros(N, 1))
+
+
+def test_writes_into_handed_out_tensors_never_reach_the_state(door):
+    rsl = RslRlVecEnv(door)
+    obs, _ = door.reset(seed=0)
+    obs["policy"][:] = 7.0  # the observation reset returned was the state's own array
+    assert not (np.asarray(door.state.obs) == 7.0).any()
+    rsl.episode_length_buf[:] = -5  # a copy: never in env.state, never skipping checks
+    np.testing.assert_array_equal(door.state.episode_length, 0)
+    for t in (1, 2):
+        door.step(torch.zeros(N, 1))
+        np.testing.assert_array_equal(door.state.episode_length, t)
+    with pytest.raises(ValueError, match=r"\[0, 12\]"):
+        rsl.episode_length_buf += 10**6  # refused: and nothing of it stays
+    np.testing.assert_array_equal(door.state.episode_length, 2)
+    rsl.episode_length_buf += 3  # assigned, checked, and stepped from
+    door.step(torch.zeros(N, 1))
+    np.testing.assert_array_equal(door.state.episode_length, 6)
 
 
 def test_episode_lengths_can_be_set_and_bring_time_limits_forward(door):
@@ -271,6 +287,20 @@ def test_brax_env_steps_like_the_functional_env_with_brax_bookkeeping(reference)
         env.reset(keys[0])
     with pytest.raises(ValueError, match="splits the batch over devices itself"):
         BraxEnv(TASK, devices=2)
+
+
+def test_brax_env_refuses_what_env_step_refuses():
+    env = BraxEnv(TASK)
+    keys = jax.random.key_data(jax.random.split(jax.random.key(0), 2))
+    state = env.reset(keys)
+    with pytest.raises(TypeError, match="action must be real numbers, got dtype bool"):
+        env.step(state, jnp.ones((2, 1), bool))  # scaled into floats before the check
+    with pytest.raises(TypeError, match="action must be an array"):
+        env.step(state, None)
+    with pytest.raises(TypeError, match="state must be the brax State"):
+        env.step(None, jnp.zeros((2, 1)))  # AttributeError
+    with pytest.raises(ValueError, match="num_envs="):
+        BraxEnv(TASK, num_envs=4)  # make() got multiple values for argument 'num_envs'
 
 
 def test_brax_actions_in_minus_one_one_span_the_ctrlrange():

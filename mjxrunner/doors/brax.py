@@ -109,6 +109,11 @@ class BraxEnv(_BraxEnv):
                     f"BraxEnv does not take {name}=: it autoresets in the same step, and "
                     "Brax splits the batch over devices itself"
                 )
+        if "num_envs" in options:  # as Brax's own envs: the trainer's num_envs sizes it
+            raise ValueError(
+                "BraxEnv does not take num_envs=: reset(keys) builds the env of as many "
+                "worlds as keys (pass num_envs to Brax's trainer)"
+            )
         self._options = dict(task=task, impl=impl, device=device, model=model, **options)
         self._randomization = list(randomization) if randomization else None
         self._envs: dict[int, env_.Env] = {}
@@ -165,9 +170,20 @@ class BraxEnv(_BraxEnv):
         return _to_brax(env_.reset_from_keys(env, rng))
 
     def step(self, state: State, action: jax.Array) -> State:
-        """One step of every world; worlds whose episode ended restart in it."""
-        s: env_.EnvState = state.pipeline_state
+        """One step of every world; worlds whose episode ended restart in it.
+
+        Raises:
+          TypeError, ValueError: ``state`` not one of this env's states, or
+            ``action`` not ``(num_envs, action_size)`` real numbers (as
+            :func:`mjxrunner.env.step` checks it; a NaN/Inf action trips the guard).
+        """
+        s = getattr(state, "pipeline_state", None)
+        if not isinstance(state, State) or not isinstance(s, env_.AnyState):
+            raise TypeError(
+                f"state must be the brax State that reset or step returned, got {type(state)}"
+            )
         env = self.env_for(s.num_envs)
+        action = env_.check_action(env, action)  # before scaling, which makes bools floats
         low, high = env.low, env.high
         limited = jnp.isfinite(low) & jnp.isfinite(high)
         scaled = (high + low) / 2 + action * ((high - low) / 2)  # exact for [-1, 1]

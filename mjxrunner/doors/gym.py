@@ -198,6 +198,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             **options,
         )
         self._door = door.Door(env, door.outputs)
+        self._next_env: env_.Env | None = None  # set_randomization's env, from reset() on
         self._outputs = door.Outputs(env.observation_spec, env.num_envs, env.low.dtype)
         self._whole = not isinstance(env.observation_spec, dict)
         self.num_envs = env.num_envs
@@ -241,17 +242,22 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
     def set_param(self, path: str, values: Any, env_ids: Any = None) -> None:
         """Sets a model field for all worlds or per world (see
         :meth:`mjxrunner.MultiEnvRunner.set_param`); restarts keep the values."""
-        self.env = self.env.with_param(path, values, env_ids)
+        env = self.env.with_param(path, values, env_ids)
+        if self._next_env is not None:  # the randomization waiting for reset() gets it too
+            self._next_env = self._next_env.with_param(path, values, env_ids)
+        self.env = env
 
     def set_randomization(
         self, terms: Any, *, on_reset: bool = True, every_n_steps: int = 0
     ) -> None:
         """Redraws parameters on every restart (see :meth:`Env.with_randomization`);
-        takes effect from the next :meth:`reset` without a mask."""
-        self.env = self.env.with_randomization(
-            terms, on_reset=on_reset, every_n_steps=every_n_steps
-        )
-        self._door = door.Door(self.env, door.outputs)  # the state no longer fits: reset() first
+        takes effect from the next :meth:`reset` without a mask. Until then the
+        worlds run on as they are (their state may not fit the new env)."""
+        env = self.env.with_randomization(terms, on_reset=on_reset, every_n_steps=every_n_steps)
+        if self._door.ready:
+            self._next_env = env
+        else:
+            self.env = env
 
     @property
     def health(self) -> Any:
@@ -311,6 +317,8 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             if not self._door.ready:
                 raise RuntimeError("reset() without a mask must come first")
         super().reset(seed=seed)
+        if mask is None and self._next_env is not None:
+            self._door.env, self._next_env = self._next_env, None
 
         if mask is None and (seed is not None or not self._door.ready):
             key = jax.random.key(self._seed if seed is None else seed)

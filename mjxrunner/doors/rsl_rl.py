@@ -56,7 +56,8 @@ class RslRlVecEnv(VecEnv):
 
     @property
     def episode_length_buf(self) -> torch.Tensor:
-        """``(num_envs,)`` steps of each world's running episode (assignable)."""
+        """``(num_envs,)`` steps of each world's running episode: a copy, so assign to
+        set them (``buf[:] = x`` alone changes the copy; ``buf += x`` assigns, checked)."""
         self._ensure_reset()
         return self.env.episode_length
 

@@ -10,17 +10,19 @@ wrapper="isaaclab")``).
 Tensors cross without copies where DLPack allows it: the compiled step gathers what
 it hands out into two flat JAX buffers (floats: observations, final observations,
 rewards; bools: the flags), each exported once (``torch.from_dlpack``), and the
-tensors are views into them; after a reset, the observation is a view of the
-state's own array. An action tensor on the env's device becomes a JAX array over
-the same memory on CUDA; on a CPU it is copied (a few bytes per world), since
-handing XLA a foreign buffer cost more host time per step there than the copy.
-Treat the outputs as read-only; they stay valid after later
-steps (each step hands out new arrays; only the door's own packed state is
-updated in place). Where sharing is
-impossible the data is copied: an action of another dtype is converted to the
-env's float type first, and JAX copies an imported CPU buffer that is not aligned
-as XLA needs. One env lives on one device:
-torch trainers run one process per GPU (a sharded env is refused).
+tensors are views into them. Those buffers are the step's outputs, not its state:
+what the door hands out never shares memory with the state (after a reset, the
+observation and :attr:`TorchVecEnv.episode_length` are copies), so writing into
+a tensor changes that tensor only; the state changes through the door's methods,
+which check their input. The outputs stay valid after later steps (each step hands
+out new arrays; only the door's own packed state is updated in place). An action
+tensor on the env's device becomes a JAX array over the same memory on CUDA; on a
+CPU it is copied (a few bytes per world), since handing XLA a foreign buffer cost
+more host time per step there than the copy. Where sharing is impossible the data
+is copied: an action of another dtype is converted to the env's float type first,
+and JAX copies an imported CPU buffer that is not aligned as XLA needs. One env
+lives on one device: torch trainers run one process per GPU (a sharded env is
+refused).
 
 This module imports torch; ``import mjxrunner`` does not (install the extra
 ``mjxrunner[torch]``).
@@ -49,6 +51,12 @@ from mjxrunner.tasks.base import Task
 def to_torch(x: jax.Array) -> torch.Tensor:
     """A JAX array as a tensor over the same memory."""
     return torch.from_dlpack(x)
+
+
+def _own(x: jax.Array) -> torch.Tensor:
+    """A tensor of its own with ``x``'s values: for arrays of the door's state, which a
+    tensor over the same memory would let a caller write without any check."""
+    return to_torch(x).clone()
 
 
 def to_jax(t: torch.Tensor) -> jax.Array:
@@ -168,7 +176,7 @@ class TorchVecEnv:
         entry per term for a task with observation terms)."""
         if "obs" not in self._out:  # after a reset: the state's own arrays
             obs = groups_of(self._door.get("obs"))
-            self._out = {"obs": {k: to_torch(x) for k, x in obs.items()}}
+            self._out = {"obs": {k: _own(x) for k, x in obs.items()}}
         return dict(self._out["obs"])
 
     def _unpack(self, packed: tuple) -> dict[str, Any]:
@@ -189,6 +197,8 @@ class TorchVecEnv:
         Returns:
           ``({"policy": (num_envs, obs_dim) tensor}, {})``.
         """
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         if options:
             raise ValueError(f"reset takes no options, got {sorted(options)}")
         if seed is not None:
@@ -251,15 +261,19 @@ class TorchVecEnv:
 
     @property
     def episode_length(self) -> torch.Tensor:
-        """``(num_envs,)`` int32 steps of each world's running episode."""
-        return to_torch(self._door.get("episode_length"))
+        """``(num_envs,)`` int32 steps of each world's running episode (a copy: set them
+        with :meth:`set_episode_length`)."""
+        return _own(self._door.get("episode_length"))
 
     def set_episode_length(self, lengths: Any) -> None:
         """Sets each world's step count in its running episode (e.g. random counts,
         so that time limits do not fall on the same step everywhere); values in
         ``[0, max_episode_length]``."""
         if isinstance(lengths, torch.Tensor):
-            lengths = lengths.detach().cpu().numpy()
+            lengths = lengths.detach().cpu()
+            if lengths.dtype == torch.bfloat16:  # which NumPy has not
+                lengths = lengths.float()
+            lengths = lengths.numpy()
         lengths = checks.finite_array(lengths, "lengths", (self.num_envs,), np.float64)
         if (lengths < 0).any() or (lengths > self.max_episode_length).any():
             raise ValueError(f"lengths must lie in [0, {self.max_episode_length}]")

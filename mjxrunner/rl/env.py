@@ -98,6 +98,7 @@ from mjxrunner.rl.episode import (
 from mjxrunner.rl.functional import (
     AnyEnv,
     Env,
+    check_action,
     check_guards,
     flat_step,
     guard_error,
@@ -123,6 +124,7 @@ __all__ = [
     "EnvState",
     "EpisodeStats",
     "LastFrames",
+    "check_action",
     "check_guards",
     "episode_statistics",
     "flat_step",

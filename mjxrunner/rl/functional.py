@@ -450,8 +450,16 @@ def reset_from_keys(
     return sharded(reset_local, env, keys, world, obs_norm, per_world=(0, 1))
 
 
-def _check_action(env: Env, action: Any) -> jax.Array:
-    action = jnp.asarray(action)
+def check_action(env: Env, action: Any) -> jax.Array:
+    """``action`` as an array of ``(num_envs, nu)`` real numbers (traceable: values
+    are not read; a NaN/Inf trips the guard in the step)."""
+    if isinstance(action, np.ndarray) and not action.dtype.isnative:  # JAX takes native only
+        action = action.astype(action.dtype.newbyteorder("="))
+    try:
+        action = jnp.asarray(action)
+    except (TypeError, ValueError):
+        got = getattr(action, "dtype", type(action).__name__)
+        raise TypeError(f"action must be an array of real numbers, got {got}") from None
     if action.shape != (env.num_envs, env.action_size):
         raise ValueError(
             f"action must have shape (num_envs, nu) = {(env.num_envs, env.action_size)}, "
@@ -480,7 +488,7 @@ def step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
       The next state. ``reward``, ``terminated`` and ``truncated`` describe this
       step; statistics count each episode once, when it ends.
     """
-    action = _check_action(env, action)
+    action = check_action(env, action)
     return sharded(step_local, env, state, action, per_world=(1,))
 
 
