@@ -240,13 +240,15 @@ def test_episode_lengths(doors, name, values):
     assert accepted == (want is not None)
     if accepted:
         np.testing.assert_array_equal(env.state.episode_length, want)
-    # what the door hands out is a copy: writing into it changes nothing
+    # what the door hands out is a copy: writing into it changes nothing by itself
     before = door_state(d)()
     handed = d.episode_length_buf if name == "rsl" else d.episode_length
     handed[:] = -7
     after = door_state(d)()
     for a, b in zip(before, after, strict=True):
         np.testing.assert_array_equal(a, b)
+    if name == "rsl":  # rsl_rl's buffer: the write reaches the setter at the next use
+        assert not refused(door_state(d), d.get_observations, "lengths")
 
 
 # --- Brax -----------------------------------------------------------------------------

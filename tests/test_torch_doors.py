@@ -126,6 +126,9 @@ def test_writes_into_handed_out_tensors_never_reach_the_state(door):
     assert not (np.asarray(door.state.obs) == 7.0).any()
     rsl.episode_length_buf[:] = -5  # a copy: never in env.state, never skipping checks
     np.testing.assert_array_equal(door.state.episode_length, 0)
+    with pytest.raises(ValueError, match=r"\[0, 12\]"):
+        rsl.step(torch.zeros(N, 1))  # the write is checked before the step, and refused
+    np.testing.assert_array_equal(door.state.episode_length, 0)
     for t in (1, 2):
         door.step(torch.zeros(N, 1))
         np.testing.assert_array_equal(door.state.episode_length, t)
@@ -135,6 +138,9 @@ def test_writes_into_handed_out_tensors_never_reach_the_state(door):
     rsl.episode_length_buf += 3  # assigned, checked, and stepped from
     door.step(torch.zeros(N, 1))
     np.testing.assert_array_equal(door.state.episode_length, 6)
+    rsl.episode_length_buf[1:3] = 0  # written into: reaches the env, checked, at the step
+    rsl.step(torch.zeros(N, 1))
+    np.testing.assert_array_equal(door.state.episode_length, [7, 1, 1] + [7] * (N - 3))
 
 
 def test_episode_lengths_can_be_set_and_bring_time_limits_forward(door):

@@ -56,17 +56,27 @@ class RslRlVecEnv(VecEnv):
 
     @property
     def episode_length_buf(self) -> torch.Tensor:
-        """``(num_envs,)`` steps of each world's running episode: a copy, so assign to
-        set them (``buf[:] = x`` alone changes the copy; ``buf += x`` assigns, checked)."""
+        """``(num_envs,)`` steps of each world's running episode: a copy of the env's
+        counters. Assigning to it (``buf = x``, ``buf += x``) sets them, checked;
+        writes into it (``buf[ids] = 0``, Isaac Lab's habit) reach the env, checked
+        the same way, before the next step, observation or read of it."""
         self._ensure_reset()
-        return self.env.episode_length
+        buf = self.env.episode_length
+        self._handed = (buf, buf.clone())
+        return buf
 
     @episode_length_buf.setter
     def episode_length_buf(self, lengths: torch.Tensor) -> None:
+        self._handed = None  # an assignment replaces what was written into the copy
         self._ensure_reset()
         self.env.set_episode_length(lengths)
 
     def _ensure_reset(self) -> None:
+        handed, self._handed = getattr(self, "_handed", None), None
+        if handed is not None and not torch.equal(*handed):
+            # Written into since it was handed out: through the setter's checks (a
+            # refused write raises here and leaves the counters as they were).
+            self.env.set_episode_length(handed[0])
         if not self.env.ready:
             self.env.reset()
 
