@@ -132,7 +132,8 @@ TENSORS = st.builds(
 ACTIONS = st.one_of(TENSORS, arrays(shapes=SHAPES), NOT_ARRAYS)
 SEEDS = st.one_of(
     st.none(),
-    st.integers(-5, 2**31 - 1),  # seeds past 2**32 are tests/test_faults_inputs.py's
+    st.integers(-5, 2**31 - 1),
+    st.integers(2**31, 2**70),  # past what jax.random.key takes (whole) near the top
     st.booleans(),
     st.floats(),
     st.text(max_size=2),
@@ -193,7 +194,8 @@ def test_reset_arguments(doors, name, seed, options):
     d = doors[name]
     d.step(torch.zeros(N, NU))
     accepted = refused(door_state(d), lambda: d.reset(seed, options), "seed", "options")
-    valid_seed = seed is None or (type(seed) is int and seed >= 0)
+    top = 2**63 if jax.config.jax_enable_x64 else 2**32  # what jax.random.key takes whole
+    valid_seed = seed is None or (type(seed) is int and 0 <= seed < top)
     assert accepted == (valid_seed and (options is None or options == {}))
     if accepted:
         np.testing.assert_array_equal(d.state.episode_length, 0)
