@@ -1,5 +1,5 @@
-"""Hostile input at the trainer doors (torch, rsl_rl, Brax, an env of groups through
-the torch door, GroupRunner), as tests/test_hostile.py does for the runner: each
+"""Hostile input at the trainer doors (torch, rsl_rl, Gymnasium, Brax, an env of
+groups through the torch door, GroupRunner), as tests/test_hostile.py does for the runner: each
 public call either behaves or refuses with a ValueError/TypeError naming its
 argument, and a refused call leaves every leaf of the door's state and env as it
 was. A NaN/Inf action truncates exactly its worlds. The doors are built and warmed
@@ -13,11 +13,21 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_hostile import IDS, NOT_ARRAYS, arrays, as_array, valid_dt, valid_ids, valid_mask
+from test_hostile import (
+    IDS,
+    NOT_ARRAYS,
+    arrays,
+    as_array,
+    valid_dt,
+    valid_ids,
+    valid_mask,
+    valid_reals,
+)
 
 from mjxrunner import tasks
 from mjxrunner.doors.brax import BraxEnv
 from mjxrunner.doors.group_runner import GroupRunner
+from mjxrunner.doors.gym import MjxVectorEnv
 from mjxrunner.doors.rsl_rl import RslRlVecEnv
 from mjxrunner.doors.torch import TorchVecEnv
 
@@ -251,6 +261,61 @@ def test_episode_lengths(doors, name, values):
         np.testing.assert_array_equal(a, b)
     if name == "rsl":  # rsl_rl's buffer: the write reaches the setter at the next use
         assert not refused(door_state(d), d.get_observations, "lengths")
+
+
+# --- Gymnasium --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gym_door():
+    v = MjxVectorEnv(TASK, N, seed=1)
+    v.reset(seed=1)
+    v.step(np.zeros((N, NU), np.float32))
+    v.reset(options={"reset_mask": np.ones(N, bool)})
+    return v
+
+
+@SETTINGS
+@given(values=st.one_of(arrays(shapes=SHAPES), TENSORS, NOT_ARRAYS))
+def test_gym_step_actions(gym_door, values):
+    """Gymnasium hands NumPy back at once, so its actions are checked on the host:
+    finite reals of (num_envs, nu) that fit float32, nothing else."""
+    v = gym_door
+    length, was_done = np.array(v.state.episode_length), np.array(v.state.done)
+    accepted = refused(door_state(v), lambda: v.step(values), "actions")
+    assert accepted == valid_reals(values, (N, NU))
+    if accepted:  # next_step: worlds that ended last step restart, the rest count on
+        assert not np.asarray(v.state.nonfinite).any()
+        want = np.where(was_done, 0, length + 1)
+        np.testing.assert_array_equal(v.state.episode_length, want)
+
+
+GYM_OPTIONS = st.one_of(
+    OPTIONS,
+    st.builds(lambda m: {"reset_mask": m}, st.one_of(arrays(shapes=st.just((N,))), NOT_ARRAYS)),
+)
+
+
+@SETTINGS
+@given(seed=SEEDS, options=GYM_OPTIONS)
+def test_gym_reset_arguments(gym_door, seed, options):
+    v = gym_door
+    v.step(np.zeros((N, NU), np.float32))
+    call = lambda: v.reset(seed=seed, options=options)  # noqa: E731
+    accepted = refused(door_state(v), call, "seed", "options", "reset_mask", "mask")
+    top = 2**63 if jax.config.jax_enable_x64 else 2**32
+    valid_seed = seed is None or (type(seed) is int and 0 <= seed < top)
+    mask = options.get("reset_mask") if isinstance(options, dict) else None
+    valid_options = (
+        options is None
+        or options == {}
+        or (
+            isinstance(options, dict)
+            and set(options) == {"reset_mask"}
+            and (mask is None or (valid_mask(mask, (N,)) and mask.any()))
+        )
+    )
+    assert accepted == (valid_seed and valid_options)
 
 
 # --- Brax -----------------------------------------------------------------------------

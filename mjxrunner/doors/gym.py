@@ -299,7 +299,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         """
         if seed is not None:
             seed = checks.seed(seed)
-        options = dict(options or {})
+        options = checks.options(options)
         mask = options.pop("reset_mask", None)
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}; known: ['reset_mask']")

@@ -197,9 +197,7 @@ class TorchVecEnv:
         Returns:
           ``({"policy": (num_envs, obs_dim) tensor}, {})``.
         """
-        if options is not None and not isinstance(options, dict):
-            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
-        if options:
+        if options := checks.options(options):
             raise ValueError(f"reset takes no options, got {sorted(options)}")
         if seed is not None:
             seed = checks.seed(seed)

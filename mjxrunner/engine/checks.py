@@ -40,6 +40,15 @@ def seed(value: Any, name: str = "seed") -> int:
     return int(value)
 
 
+def options(value: Any, name: str = "options") -> dict:
+    """A copy of a dict of options (a reset's ``options=``); None is no options."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be a dict or None, got {type(value).__name__}")
+    return dict(value)
+
+
 def real(value: Any, name: str, positive: bool = False) -> float:
     """A finite real scalar (bools refused), optionally > 0."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
