@@ -5,6 +5,7 @@ call changes nothing."""
 import jax
 import numpy as np
 import pytest
+from test_hostile import assert_unchanged, snapshot
 
 from mjxrunner import MultiEnvRunner, tasks
 from mjxrunner.doors.brax import BraxEnv
@@ -29,15 +30,6 @@ def runner():
 @pytest.fixture(scope="module")
 def gym_door():
     return MjxVectorEnv(TASK, N)
-
-
-def snapshot(r):
-    return [np.array(x) for x in jax.tree.leaves((r.state, r.model, r.engine.default_model))]
-
-
-def assert_unchanged(before, r):
-    for a, b in zip(before, snapshot(r), strict=True):
-        np.testing.assert_array_equal(a, b)
 
 
 # --- defect 3: randomization terms obey set_param's rules at the bounds of their draws ---

@@ -38,23 +38,32 @@ def snapshot(r):
 
 
 def assert_unchanged(before, r):
-    after = snapshot(r)
+    assert_same(before, snapshot(r))
+
+
+def assert_same(before, after):
     assert len(before) == len(after)
     for a, b in zip(before, after, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
-def refused(r, call, *names):
+def refused_by(state_of, call, *names):
     """Runs ``call``; if it raises, it must be a ValueError/TypeError naming one of
-    ``names`` and leaving every buffer as it was. Returns whether it was accepted."""
-    before = snapshot(r)
+    ``names`` and leaving every array of ``state_of()`` as it was. Returns whether
+    the call was accepted."""
+    before = state_of()
     try:
         call()
     except (ValueError, TypeError) as e:
         assert any(n in str(e) for n in names), f"unclear message: {e}"
-        assert_unchanged(before, r)
+        assert_same(before, state_of())
         return False
     return True
+
+
+def refused(r, call, *names):
+    """:func:`refused_by` over every buffer of the runner ``r``."""
+    return refused_by(lambda: snapshot(r), call, *names)
 
 
 # --- strategies ---------------------------------------------------------------------

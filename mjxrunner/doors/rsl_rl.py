@@ -53,6 +53,8 @@ class RslRlVecEnv(VecEnv):
         self.max_episode_length = self.env.max_episode_length
         self.device = self.env.device
         self.cfg = self.env.cfg
+        # The last episode_length_buf handed out and a copy of what it held then.
+        self._handed: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def episode_length_buf(self) -> torch.Tensor:
@@ -72,7 +74,7 @@ class RslRlVecEnv(VecEnv):
         self.env.set_episode_length(lengths)
 
     def _ensure_reset(self) -> None:
-        handed, self._handed = getattr(self, "_handed", None), None
+        handed, self._handed = self._handed, None
         if handed is not None and not torch.equal(*handed):
             # Written into since it was handed out: through the setter's checks (a
             # refused write raises here and leaves the counters as they were).
