@@ -13,18 +13,20 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import checks, cpu_fusion, cpu_linalg
+from mjxrunner.engine import checks, cpu_fusion, cpu_linalg, native
 from mjxrunner.engine.errors import CapacityOverflowError, CapacityWarning  # noqa: F401 - public here
 
-IMPLS = ("jax", "warp")
+IMPLS = ("jax", "warp", "c")
 
 
 def check_impl(impl: Any) -> str:
-    """Validates ``impl``: MJX is always told explicitly which one to use."""
+    """Validates ``impl``: MJX is always told explicitly which one to use. ``"cpp"``
+    (MJX's spelling of MuJoCo C) comes back as ``"c"``."""
     if not isinstance(impl, str):
-        raise TypeError(f"impl must be the str 'jax' or 'warp', got {type(impl).__name__}")
+        raise TypeError(f"impl must be the str 'jax', 'warp' or 'c', got {type(impl).__name__}")
+    impl = native.ALIASES.get(impl, impl)
     if impl not in IMPLS:
-        raise ValueError(f"impl must be 'jax' or 'warp', got {impl!r}")
+        raise ValueError(f"impl must be 'jax', 'warp' or 'c' ('cpp'), got {impl!r}")
     return impl
 
 
@@ -56,6 +58,8 @@ def resolve_device(device: Any) -> jax.Device:
 
 def check_supported(m: mujoco.MjModel, impl: str) -> None:
     """Refuses models MJX cannot run, naming the feature and the way out."""
+    if impl == "c":
+        return  # MuJoCo runs every model it compiles
     if m.opt.enableflags & mujoco.mjtEnableBit.mjENBL_ENERGY:
         raise ValueError(
             "the model enables energy computation (<flag energy='enable'/>), which MJX "
@@ -203,23 +207,25 @@ def put_data(
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
-    """How the worlds are simulated, chosen once: MJX impl, device, Warp settings.
+    """How the worlds are simulated, chosen once: impl, device, and its settings.
 
-    Everything that differs between impl "jax" and impl "warp" lives here, so the
-    engine, the runner, the env, the benchmarks and checkpoints never branch on the
-    impl. Frozen and hashable: it is static configuration of compiled functions.
+    Everything that differs between the impls lives here, so the engine, the
+    runner, the env, the benchmarks and checkpoints never branch on the impl.
+    Frozen and hashable: it is static configuration of compiled functions.
 
     Attributes:
-      impl: ``"jax"`` or ``"warp"``, always passed to MJX.
+      impl: ``"jax"`` or ``"warp"`` (always passed to MJX), or ``"c"``.
       device: the JAX device that holds the worlds (the first one when sharded).
-      graph_mode: Warp's graph-capture mode (None for impl "jax").
-      caps: Warp buffer sizes (None for impl "jax", whose buffers are exact).
+      graph_mode: Warp's graph-capture mode (None for impls "jax" and "c").
+      caps: Warp buffer sizes (None for impls "jax" and "c", whose buffers are exact).
+      num_threads: impl "c"'s threads (None for the MJX impls).
     """
 
     impl: str
     device: jax.Device
     graph_mode: str | None = None
     caps: Capacities | None = None
+    num_threads: int | None = None
 
     @classmethod
     def make(
@@ -233,15 +239,26 @@ class Backend:
         njmax: Any = None,
         naccdmax: Any = None,
         nvmax: Any = None,
+        num_threads: Any = None,
     ) -> Backend:
         """Validates the choice for model ``m`` and ``num_envs`` worlds.
 
-        The Warp options are ignored by impl "jax"; see :func:`capacities` for their
-        defaults. A model MJX cannot run is refused here, naming the feature.
+        The Warp options are ignored by impls "jax" and "c", ``num_threads`` by the
+        MJX impls; see :func:`capacities` for the Warp defaults. A model the impl
+        cannot run is refused here, naming the feature.
         """
         impl = check_impl(impl)
         device = resolve_device(device)
         check_supported(m, impl)
+        if impl == "c":
+            if device.platform != "cpu":
+                raise ValueError(
+                    f"impl 'c' runs MuJoCo on this machine's CPU threads; its worlds live "
+                    f"on a CPU device, got {device}"
+                )
+            if num_threads is None:
+                num_threads = native.default_threads()
+            return cls(impl, device, num_threads=checks.count(num_threads, "num_threads"))
         if impl == "jax":
             return cls(impl, device)
         return cls(
@@ -255,19 +272,32 @@ class Backend:
     def options(self) -> dict[str, Any]:
         """The keyword arguments of :meth:`make` that rebuild this backend's choice."""
         caps = {} if self.caps is None else self.caps.as_dict()
-        return {"impl": self.impl, "graph_mode": self.graph_mode, **caps}
+        return {
+            "impl": self.impl,
+            "graph_mode": self.graph_mode,
+            "num_threads": self.num_threads,
+            **caps,
+        }
 
     def put_model(self, m: mujoco.MjModel) -> mjx.Model:
         """The device model of ``m`` (see :func:`put_model`)."""
+        if self.impl == "c":
+            return native.put_model(m, self.device, self.num_threads)
         return put_model(m, self.impl, self.device, self.graph_mode)
 
     def put_data(self, m: mujoco.MjModel, d: mujoco.MjData) -> mjx.Data:
         """One world's device data from host ``d`` (see :func:`put_data`)."""
+        if self.impl == "c":
+            return native.put_data(m, d, self.device)
         return put_data(m, d, self.impl, self.device, self.caps)
 
     def info(self) -> dict[str, Any]:
         """The backend identity to record with every result (:func:`backend_info`)."""
-        return backend_info(self.impl, self.device, self.graph_mode, self.caps)
+        info = backend_info(self.impl, self.device, self.graph_mode, self.caps)
+        if self.impl == "c":
+            info["num_threads"] = self.num_threads
+            info["contacts"] = native.LAYOUT_NOTE
+        return info
 
     def describe_overflow(self, bits: np.ndarray) -> str:
         """A message naming overflowing worlds and the option to raise."""
@@ -395,6 +425,8 @@ def backend_info(
         "process_count": jax.process_count(),
         "jax_enable_x64": bool(jax.config.jax_enable_x64),
         "qpos_dtype": "float32" if impl == "warp" else float_dtype().name,
+        # impl "c" keeps each world's exact float64 state beside what tasks read.
+        "physics_dtype": "float64" if impl == "c" else None,
         # How small Cholesky/triangular solves run on CPU (see mjxrunner.engine.cpu_linalg).
         "cpu_linalg": "xla" if cpu_linalg.installed() else "lapack",
         # Whether XLA:CPU's fusion emitters are off (see mjxrunner.engine.cpu_fusion).

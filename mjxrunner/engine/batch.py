@@ -44,7 +44,7 @@ from jax.sharding import Mesh, PartitionSpec
 from mujoco import mjx
 
 from mjxrunner.engine import backend as backend_
-from mjxrunner.engine import core, events, guards, health, params, sharding
+from mjxrunner.engine import core, events, guards, health, native, params, sharding
 from mjxrunner.engine import guards as guards_
 from mjxrunner.engine import options as options_
 from mjxrunner.engine.options import Options
@@ -171,7 +171,9 @@ def configure(
     latency = events.check_latency(opts.latency)
     plan = events.resolve_pushes(m, opts.pushes)
     caps = (opts.naconmax, opts.njmax, opts.naccdmax, opts.nvmax)
-    b = backend_.Backend.make(m, num_envs, opts.impl, opts.device, opts.graph_mode, *caps)
+    b = backend_.Backend.make(
+        m, num_envs, opts.impl, opts.device, opts.graph_mode, *caps, opts.num_threads
+    )
     standard = opts.guard_set(b)
     opts = opts.replace(latency=latency, **b.options)  # as resolved: impl, capacities
     return Config(
@@ -364,7 +366,10 @@ def forward_kinematics(model: FlatModel, data: Any) -> Any:
     the model's per-world parameters. Quaternions in ``qpos`` come back normalized;
     sensors, accelerations and contacts are left to the next step."""
     m = tree_of(model)
-    fk = lambda m, d: mjx.com_pos(m, mjx.kinematics(m, d))  # noqa: E731
+    if native.is_native(m):
+        fk = native.kinematics
+    else:
+        fk = lambda m, d: mjx.com_pos(m, mjx.kinematics(m, d))  # noqa: E731
     return jax.vmap(fk, in_axes=(world_axes(m), 0))(m, data)
 
 

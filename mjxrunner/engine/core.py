@@ -8,6 +8,7 @@ code runs a model whose parameters are shared or given per world.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 import mujoco
 from mujoco import mjx
 
-from mjxrunner.engine import backend, events, guards, health
+from mjxrunner.engine import backend, events, guards, health, native
 from mjxrunner.engine.state import RunnerState
 from mjxrunner.engine.worlds import num_worlds, select_worlds, tree_of, world_axes
 
@@ -153,6 +154,10 @@ def physics_step(
         model = model.tree_replace({"opt.timestep": timestep.astype(model.opt.timestep.dtype)})
     if collide is not None:
         model = without_contacts(model, collide)
+    if native.is_native(data):  # MuJoCo C: all substeps in one host call
+        one_step = functools.partial(native.step, nstep=substeps)
+        data = jax.vmap(one_step, in_axes=(world_axes(model), 0))(model, data)
+        return data, backend.overflow_bits(data)
     one_step = jax.vmap(mjx.step, in_axes=(world_axes(model), 0))
 
     def substep(d, _):

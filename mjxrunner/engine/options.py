@@ -24,7 +24,8 @@ class Options:
     """The engine's options (hashable: part of the static configuration).
 
     Attributes:
-      impl: MJX implementation, ``"jax"`` or ``"warp"``; always passed to MJX.
+      impl: ``"jax"`` or ``"warp"`` (MJX, always passed to it), or ``"c"`` (MuJoCo's
+        C engine on CPU threads; ``"cpp"``, MJX's spelling, means the same).
       device: None (JAX's default), a ``jax.Device`` or a platform name.
       graph_mode: Warp's CUDA graph mode (None: MJX's default for the device).
       naconmax: Warp's contact pool for all worlds together (None: from the model).
@@ -32,6 +33,7 @@ class Options:
       naccdmax: Warp's CCD contacts per world (None: from the model).
       nvmax: Warp's active DOFs per world, for island compaction (None: ``nv``);
         see :func:`mjxrunner.engine.backend.capacities`.
+      num_threads: impl "c"'s threads (None: every core this process may use).
       overflow_policy: the Warp overflow guard's policy: ``"raise"`` (roll back the
         step, ``CapacityOverflowError``), ``"warn"`` or ``"truncate"`` (on device).
       instability_policy: the instability guard's policy (NaN/Inf state or
@@ -55,6 +57,7 @@ class Options:
     njmax: int | None = None
     naccdmax: int | None = None
     nvmax: int | None = None
+    num_threads: int | None = None
     overflow_policy: str = "raise"
     instability_policy: str = "truncate"
     max_qvel: float = MAX_QVEL
@@ -87,7 +90,7 @@ class Options:
     def to_header(self) -> dict[str, Any]:
         """The checkpoint header's fields of these options (user guards aside: they
         are functions; the header lists every guard's name and policy apart)."""
-        backend = ("impl", "graph_mode", "naconmax", "njmax", "naccdmax", "nvmax")
+        backend = ("impl", "graph_mode", "naconmax", "njmax", "naccdmax", "nvmax", "num_threads")
         return {
             "options": {k: getattr(self, k) for k in backend},
             "overflow_policy": self.overflow_policy,

@@ -145,10 +145,22 @@ def _template_ndims(kind: type, impl: str) -> dict[str, int]:
     MJX gives each field a fixed rank, so the template of an empty model tells the
     rank for every model of the same impl.
     """
+    from mjxrunner.engine import native
+
     empty = mujoco.MjModel.from_xml_string("<mujoco/>")
-    template = (
-        mjx.put_model(empty, impl=impl) if kind is mjx.Model else mjx.make_data(empty, impl=impl)
-    )
+    cpu = jax.local_devices(backend="cpu")[0]
+    if impl == mjx.Impl.CPP.value:
+        template = (
+            native.put_model(empty, cpu, 1)
+            if kind is mjx.Model
+            else native.put_data(empty, mujoco.MjData(empty), cpu)
+        )
+    else:
+        template = (
+            mjx.put_model(empty, impl=impl)
+            if kind is mjx.Model
+            else mjx.make_data(empty, impl=impl)
+        )
     leaves = jax.tree_util.tree_leaves_with_path(template)
     return {jax.tree_util.keystr(path): np.ndim(leaf) for path, leaf in leaves}
 

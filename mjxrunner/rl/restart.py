@@ -13,7 +13,7 @@ import mujoco
 from mujoco import mjx
 
 from mjxrunner.engine import batch as engine
-from mjxrunner.engine import core, params
+from mjxrunner.engine import core, native, params
 from mjxrunner.engine.sharding import on_worlds
 from mjxrunner.engine.state import RunnerState
 from mjxrunner.engine.worlds import (
@@ -62,7 +62,9 @@ def _start_one(
     forward pass so that derived quantities match the new state."""
     extra = (curriculum,) if task.has_curriculum else ()
     data = task.initial_state(model, start, jax.random.wrap_key_data(raw_key), *extra)
-    return mjx.forward(model, data) if task.forward_on_reset else data
+    if not task.forward_on_reset:
+        return data
+    return native.forward(model, data) if native.is_native(data) else mjx.forward(model, data)
 
 
 def draw_starts(

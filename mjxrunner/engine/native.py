@@ -1,0 +1,548 @@
+"""Impl ``"c"``: MuJoCo's own C engine under the engine's pure functions.
+
+The worlds are stepped by :class:`mujoco.batch.Batch` (MuJoCo's thread pool over
+``mjSTATE_INTEGRATION`` rows), called once per step from inside the compiled step
+through ``jax.pure_callback``. Everything else (resets, guards, tasks, doors,
+checkpoints, sharding over processes) sees an ordinary batched ``mjx.Data``:
+
+* :class:`Data` is an ``mjx.Data`` whose ``_impl`` is :class:`DataC`. Its public
+  fields are filled from the native step, in the dtype MJX would use (float32
+  unless ``jax_enable_x64``).
+* The physics state never passes through float32: ``DataC.state`` holds each
+  world's ``mjSTATE_INTEGRATION`` vector as the bits of its float64 values
+  (``(nstate, 2)`` uint32), so resets, ``where`` selects and checkpoints move it
+  exactly. A state field of the public data (``qpos``, ``ctrl``, ...) that no
+  longer equals the float32 rounding of its exact value was written by someone
+  (a task's start, a reset noise, ``set_state``): that value is taken, widened.
+* Model fields reach each world's native model the same way: a field equal to the
+  float32 rounding of the host model's value keeps the exact value; another value
+  (a per-world parameter, a randomized one, ``dt``, ``collide``) is written into
+  the batch's per-simulation copy of that field (``Batch.expand``).
+* MuJoCo resets a diverging world by itself (``mjWARN_BADQACC``/``BADQPOS``/
+  ``BADQVEL``). :attr:`DataC.diverged` marks the step where it happened, and the
+  ``unstable`` guard reads it like a non-finite state.
+
+Contacts and constraints live in MuJoCo's arena, whose size changes from step to
+step: the data carries the number of contacts per world (``DataC.ncon``), not the
+pools. ``qfrc_inverse`` is kept as it was (a step does not compute it).
+"""
+
+# No ``from __future__ import annotations``: MJX's dataclasses tell array fields
+# from static ones by their annotation being ``jax.Array`` itself.
+import dataclasses
+import functools
+import os
+import threading
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import batch as mjbatch
+from mujoco import mjx
+from mujoco.mjx._src.dataclasses import PyTreeNode
+
+# mjx.Data fields that are components of each world's exact state row.
+STATE_FIELDS = (
+    "time",
+    "qpos",
+    "qvel",
+    "act",
+    "history",
+    "qacc_warmstart",
+    "plugin_state",
+    "ctrl",
+    "qfrc_applied",
+    "xfrc_applied",
+    "eq_active",
+    "mocap_pos",
+    "mocap_quat",
+    "userdata",
+)
+
+# mjx.Data fields a step (or a forward pass) computes: copied out of the batch.
+DERIVED_FIELDS = (
+    "qacc",
+    "act_dot",
+    "sensordata",
+    "xpos",
+    "xquat",
+    "xmat",
+    "xipos",
+    "ximat",
+    "xanchor",
+    "xaxis",
+    "ten_length",
+    "geom_xpos",
+    "geom_xmat",
+    "site_xpos",
+    "site_xmat",
+    "cam_xpos",
+    "cam_xmat",
+    "subtree_com",
+    "cvel",
+    "cdof",
+    "cdof_dot",
+    "qfrc_bias",
+    "qfrc_gravcomp",
+    "qfrc_fluid",
+    "qfrc_passive",
+    "qfrc_actuator",
+    "actuator_force",
+    "actuator_length",
+    "qfrc_smooth",
+    "qacc_smooth",
+    "qfrc_constraint",
+)
+
+# Of those, what the position stage (kinematics, com, tendons, actuator lengths)
+# computes: a forward pass to mjSTAGE_POS leaves the others as they were.
+POSITION_FIELDS = frozenset(
+    {
+        "xpos",
+        "xquat",
+        "xmat",
+        "xipos",
+        "ximat",
+        "xanchor",
+        "xaxis",
+        "ten_length",
+        "geom_xpos",
+        "geom_xmat",
+        "site_xpos",
+        "site_xmat",
+        "cam_xpos",
+        "cam_xmat",
+        "subtree_com",
+        "cdof",
+        "actuator_length",
+    }
+)
+
+# DataC fields MJX keeps in its impl data (same names as impl "jax"'s DataJAX).
+IMPL_FIELDS = ("cacc", "cfrc_int", "cfrc_ext", "subtree_linvel", "subtree_angmom")
+
+# The warnings MuJoCo raises when it resets a diverging world.
+DIVERGENCE = (
+    mujoco.mjtWarning.mjWARN_BADQACC.value,
+    mujoco.mjtWarning.mjWARN_BADQPOS.value,
+    mujoco.mjtWarning.mjWARN_BADQVEL.value,
+)
+
+ALIASES = {"c": "c", "cpp": "c"}
+
+LAYOUT_NOTE = (
+    "contacts and constraint rows stay in MuJoCo's arena: the data carries the "
+    "contact count per world (_impl.ncon), not MJX's contact or efc arrays"
+)
+
+
+class DataC(PyTreeNode):
+    """What impl "c" keeps beside MJX's public fields, per world.
+
+    Attributes:
+      state: ``(nstate, 2)`` uint32, the bits of the world's float64
+        ``mjSTATE_INTEGRATION`` vector (the exact state; see the module notes).
+      ncon: ``()`` int32, contacts of the last step or forward pass.
+      diverged: ``()`` bool, MuJoCo reset this world in the last step because its
+        state diverged (it never passes silently: the ``unstable`` guard reads it).
+      cacc, cfrc_int, cfrc_ext: ``(nbody, 6)``; subtree_linvel, subtree_angmom:
+        ``(nbody, 3)``. As on impl "jax", MuJoCo computes them only for models with
+        sensors that need them; zeros otherwise.
+    """
+
+    state: jax.Array
+    ncon: jax.Array
+    diverged: jax.Array
+    cacc: jax.Array
+    cfrc_int: jax.Array
+    cfrc_ext: jax.Array
+    subtree_linvel: jax.Array
+    subtree_angmom: jax.Array
+
+
+class ModelC(PyTreeNode):
+    """The host side of an impl "c" model: static, compared by identity."""
+
+    host: Any  # Host
+
+
+class Data(mjx.Data):
+    """An ``mjx.Data`` stepped by MuJoCo C (``_impl`` is :class:`DataC`)."""
+
+    @property
+    def impl(self) -> mjx.Impl:
+        return mjx.Impl.CPP
+
+
+class Model(mjx.Model):
+    """An ``mjx.Model`` whose worlds step on MuJoCo C (``_impl`` is :class:`ModelC`)."""
+
+    @property
+    def impl(self) -> mjx.Impl:
+        return mjx.Impl.CPP
+
+
+def is_native(tree: Any) -> bool:
+    """Whether ``tree`` is impl "c" data or model."""
+    return isinstance(tree, (Data, Model))
+
+
+def default_threads() -> int:
+    """The batch's threads by default: every core this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# --- building ---------------------------------------------------------------------
+
+
+def put_model(m: mujoco.MjModel, device: jax.Device, num_threads: int) -> Model:
+    """The model pytree of ``m`` for impl "c": MjModel's fields as arrays (the
+    per-world parameters' home), and the host that steps the worlds."""
+    template = mjx.put_model(m, impl="cpp", device=device)
+    fields = {f.name: getattr(template, f.name) for f in dataclasses.fields(mjx.Model)}
+    fields["_impl"] = ModelC(host=Host(m, num_threads))
+    return Model(**fields)
+
+
+def put_data(m: mujoco.MjModel, d: mujoco.MjData, device: jax.Device) -> Data:
+    """One world's data from host ``d``: its exact state and its derived fields."""
+    like = _dtype_of_floats()
+    fields = {}
+    for f in dataclasses.fields(mjx.Data):
+        if f.name == "_impl":
+            continue
+        shape = _data_shape(m, f.name)
+        value = np.asarray(getattr(d, f.name)).reshape(shape)
+        dtype = bool if f.name == "eq_active" else like
+        fields[f.name] = value.astype(dtype)
+    state = np.empty(mujoco.mj_stateSize(m, INTEGRATION), np.float64)
+    mujoco.mj_getState(m, d, state, INTEGRATION)
+    impl = {name: np.asarray(getattr(d, name)).astype(like) for name in IMPL_FIELDS}
+    fields["_impl"] = DataC(
+        state=to_bits(state),
+        ncon=np.int32(d.ncon),
+        diverged=np.bool_(False),
+        **impl,
+    )
+    return jax.device_put(Data(**fields), device)
+
+
+INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
+
+
+def _dtype_of_floats() -> np.dtype:
+    return np.dtype(np.float64 if jax.config.jax_enable_x64 else np.float32)
+
+
+@functools.cache
+def _mjx_shapes(nbody: int, ncam: int, ngeom: int, nsite: int) -> dict[str, int]:
+    """Fields MJX keeps as 3x3 matrices where MjData keeps rows of 9."""
+    return {"xmat": nbody, "ximat": nbody, "geom_xmat": ngeom, "site_xmat": nsite, "cam_xmat": ncam}
+
+
+def _data_shape(m: mujoco.MjModel, name: str) -> tuple[int, ...] | None:
+    mats = _mjx_shapes(m.nbody, m.ncam, m.ngeom, m.nsite)
+    if name in mats:
+        return (mats[name], 3, 3)
+    return None
+
+
+def to_bits(x: np.ndarray) -> np.ndarray:
+    """float64 ``(..., n)`` as its bits, ``(..., n, 2)`` uint32."""
+    x = np.ascontiguousarray(x, np.float64)
+    return x.view(np.uint32).reshape(*x.shape, 2)
+
+
+def from_bits(bits: np.ndarray) -> np.ndarray:
+    """The float64 ``(..., n)`` whose bits are ``(..., n, 2)`` uint32."""
+    bits = np.ascontiguousarray(bits, np.uint32)
+    return bits.view(np.float64).reshape(bits.shape[:-1])
+
+
+# --- the host ------------------------------------------------------------------------
+
+
+class Host:
+    """Steps batches of one host model on MuJoCo's thread pool.
+
+    One :class:`mujoco.batch.Batch` per batch size met (the full batch, restart
+    slots, ...), made on first use. Calls are serialized by a lock: XLA may run
+    two callbacks at once, and a batch serves one call at a time.
+
+    Attributes:
+      model: the host model (never written: per-world values go to the batches).
+      num_threads: threads of each batch, the caller's included.
+      fields: ``(name, size)`` of the data's state fields in the order of the state
+        row, which the packed state fields follow.
+      nstate: size of a state row.
+    """
+
+    def __init__(self, m: mujoco.MjModel, num_threads: int):
+        self.model = m
+        self.num_threads = num_threads
+        self._lock = threading.Lock()
+        self._sims: dict[int, Any] = {}
+        probe = mjbatch.Batch(m, 1, 1)
+        layout = {name: probe._component(mjbatch._STATE_FIELDS[name]) for name in STATE_FIELDS}
+        self.nstate = probe.nstate
+        order = sorted(layout, key=lambda k: layout[k][0])
+        if sum(layout[k][1] for k in order) != self.nstate:
+            raise ValueError("impl 'c': the state row holds fields the data does not")
+        self.fields = tuple((k, layout[k][1]) for k in order)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: Any) -> bool:
+        return self is other
+
+    def sim(self, n: int) -> "_Sim":
+        if n not in self._sims:
+            self._sims[n] = _Sim(self, n)
+        return self._sims[n]
+
+    def run(self, call: "Call", state, seen, shared, per_world):
+        """The host function of a call; see :func:`_run` for the operands."""
+        n = state.shape[0]
+        with self._lock:
+            return self.sim(n).run(call, state, seen, shared, per_world)
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """What a compiled call asks of the host (static).
+
+    Attributes:
+      how: ``"step"``, ``"forward"`` (``mj_forward``) or ``"position"`` (its
+        position stage).
+      nstep: substeps of a step.
+      dtype: the data's float dtype (float32, or float64 with x64).
+      outputs: ``(name, size)`` of the derived fields returned, packed in order.
+      shared: ``(path, size)`` of the model fields given once for all worlds.
+      per_world: ``(path, size)`` of the model fields given per world.
+    """
+
+    how: str
+    nstep: int
+    dtype: str
+    outputs: tuple
+    shared: tuple
+    per_world: tuple
+
+
+class _Sim:
+    """One batch of ``n`` simulations, the fields bound to it, and the model fields
+    given per-simulation values so far."""
+
+    def __init__(self, host: Host, n: int):
+        self.host = host
+        self.batch = mjbatch.Batch(host.model, n, host.num_threads)
+        self.out = {name: self.batch.bind(name) for name in (*DERIVED_FIELDS, *IMPL_FIELDS)}
+        self.ncon = self.batch.bind("ncon")
+        self.expanded: set[str] = set()
+        self._base: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def base(self, paths: tuple, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """The host model's values of ``paths``, packed: exact, and rounded to ``dtype``."""
+        key = (paths, dtype.name)
+        if key not in self._base:
+            parts = [_model_field(self.host.model, p).ravel() for p, _ in paths]
+            exact = np.concatenate([np.zeros(0), *parts]).astype(np.float64)
+            self._base[key] = (exact, exact.astype(dtype))
+        return self._base[key]
+
+    def write_params(self, paths: tuple, values: np.ndarray) -> None:
+        """Writes model fields ``values`` (``(1 or n, total size)``) where they differ
+        from the host model's: a field equal to the rounding of the host value keeps
+        the exact value."""
+        if not paths:
+            return
+        n = self.batch.nsim
+        exact, rounded = self.base(paths, values.dtype)
+        if not self.expanded.intersection(p for p, _ in paths) and np.array_equal(
+            values, np.broadcast_to(rounded, values.shape)
+        ):
+            return  # the common case: nothing differs, nothing was written before
+        offset = 0
+        for path, size in paths:
+            part = values[:, offset : offset + size]
+            keep = part == rounded[offset : offset + size]
+            if path in self.expanded or not keep.all():
+                self.expanded.add(path)
+                rows = self.batch.expand(path).reshape(n, -1)
+                rows[...] = np.where(keep, exact[offset : offset + size], part)
+            offset += size
+
+    def run(self, call: Call, state, seen, shared, per_world):
+        b, n = self.batch, self.batch.nsim
+        dtype = np.dtype(call.dtype)
+        rows = from_bits(state).reshape(n, -1)
+        # A state value that is not the rounding of the exact one was written: take it.
+        changed = seen != rows.astype(seen.dtype)
+        if changed.any():
+            rows = rows.copy()
+            np.copyto(rows, seen, where=changed)
+        b.state[...] = rows
+        self.write_params(call.shared, shared)
+        self.write_params(call.per_world, per_world)
+        before = b.warning[:, DIVERGENCE, 1].copy()
+        if call.how == "step":
+            b.step(nstep=call.nstep)
+        else:
+            position = call.how == "position"
+            stage = mujoco.mjtStage.mjSTAGE_POS if position else mujoco.mjtStage.mjSTAGE_ACC
+            b.forward(stage=stage)
+        flags = np.empty((n, 2), np.int32)
+        flags[:, 0] = self.ncon
+        flags[:, 1] = np.any(b.warning[:, DIVERGENCE, 1] != before, axis=1)
+        new = b.state
+        parts = [new] + [self.out[name].reshape(n, -1) for name, _ in call.outputs]
+        packed = np.concatenate(parts, axis=1, dtype=dtype)
+        return to_bits(new), packed, flags
+
+
+def _model_field(m: mujoco.MjModel, path: str) -> np.ndarray:
+    node = m
+    for part in path.split("."):
+        node = getattr(node, part)
+    return np.asarray(node)
+
+
+# --- the traced side ---------------------------------------------------------------
+
+
+def param_paths(model: Model) -> tuple[str, ...]:
+    """Model fields a world's native model takes from the pytree: the float fields
+    MuJoCo's batch can give per-simulation values."""
+    paths = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(model):
+        name = ".".join(getattr(k, "name", str(k)) for k in path)
+        if "_impl" in name or not jnp.issubdtype(leaf.dtype, jnp.floating):
+            continue
+        if name in mjbatch.MODEL_FIELDS:
+            paths.append(name)
+    return tuple(paths)
+
+
+def _leaf(model: Any, path: str) -> Any:
+    node = model
+    for part in path.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> Data:
+    """One host call over a batch: ``data`` leaves ``(n, ...)``; model leaves
+    ``(n, ...)`` where ``model_batched`` says so, else their core shape.
+
+    The operands are packed into few arrays (each operand of a callback costs a
+    conversion): the exact state bits, the state fields as the data holds them in
+    the state row's order, and the model fields, shared and per world.
+    """
+    host = model._impl.host
+    n = data.qpos.shape[0]
+    floats = data.qpos.dtype
+    shared, per_world = [], []
+    for path in param_paths(model):
+        leaf = _leaf(model, path)
+        batched = _leaf(model_batched, path)
+        (per_world if batched else shared).append((path, leaf))
+    seen = jnp.concatenate(
+        [getattr(data, name).reshape(n, -1).astype(floats) for name, _ in host.fields], axis=1
+    )
+    position = how == "position"
+    outputs = tuple(
+        (name, int(np.prod(getattr(data, name).shape[1:], dtype=int)))
+        for name in (POSITION_FIELDS if position else DERIVED_FIELDS)
+    )
+    if not position:
+        outputs += tuple(
+            (name, int(np.prod(getattr(data._impl, name).shape[1:], dtype=int)))
+            for name in IMPL_FIELDS
+        )
+    call = Call(
+        how,
+        nstep,
+        np.dtype(floats).name,
+        outputs,
+        tuple((p, int(leaf.size)) for p, leaf in shared),
+        tuple((p, int(leaf[0].size)) for p, leaf in per_world),
+    )
+    pack = lambda items, lead: jnp.concatenate(  # noqa: E731
+        [jnp.zeros((*lead, 0), floats)] + [x.reshape(*lead, -1).astype(floats) for _, x in items],
+        axis=-1,
+    )
+    total = host.nstate + sum(size for _, size in outputs)
+    shapes = (
+        jax.ShapeDtypeStruct(data._impl.state.shape, jnp.uint32),
+        jax.ShapeDtypeStruct((n, total), floats),
+        jax.ShapeDtypeStruct((n, 2), jnp.int32),
+    )
+    bits, packed, flags = jax.pure_callback(
+        functools.partial(host.run, call),
+        shapes,
+        data._impl.state,
+        seen,
+        pack(shared, (1,)),
+        pack(per_world, (n,)),
+        vmap_method="sequential",
+    )
+    updates, impl, offset = {}, {}, 0
+    for name, size in (*host.fields, *outputs):
+        target = impl if name in IMPL_FIELDS else updates
+        like = getattr(data._impl if name in IMPL_FIELDS else data, name)
+        target[name] = packed[:, offset : offset + size].reshape(like.shape).astype(like.dtype)
+        offset += size
+    impl = data._impl.replace(state=bits, ncon=flags[:, 0], diverged=flags[:, 1] != 0, **impl)
+    return data.replace(**updates, _impl=impl)
+
+
+def _single(how: str, nstep: int):
+    """One world's function (as ``mjx.step``), whose ``vmap`` makes one host call
+    for the whole batch."""
+
+    @jax.custom_batching.custom_vmap
+    def one(model, data):
+        batched = jax.tree.map(lambda x: x[None], data)
+        no = jax.tree.map(lambda _: False, model)
+        return jax.tree.map(lambda x: x[0], _run(how, nstep, model, batched, no))
+
+    @one.def_vmap
+    def rule(axis_size, in_batched, model, data):
+        model_batched, data_batched = in_batched
+        data = jax.tree.map(
+            lambda x, b: x if b else jnp.broadcast_to(x, (axis_size, *x.shape)),
+            data,
+            data_batched,
+        )
+        out = _run(how, nstep, model, data, model_batched)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return one
+
+
+@functools.cache
+def _function(how: str, nstep: int):
+    return _single(how, nstep)
+
+
+def step(model: Model, data: Data, nstep: int = 1) -> Data:
+    """``nstep`` calls of ``mj_step`` on one world (``jax.vmap`` it: the batch is one
+    host call)."""
+    return _function("step", nstep)(model, data)
+
+
+def forward(model: Model, data: Data) -> Data:
+    """``mj_forward`` of one world, as ``mjx.forward``."""
+    return _function("forward", 0)(model, data)
+
+
+def kinematics(model: Model, data: Data) -> Data:
+    """The position stage of one world (kinematics, centres of mass, tendon and
+    actuator lengths), as ``mjx.kinematics`` followed by ``mjx.com_pos``."""
+    return _function("position", 0)(model, data)
