@@ -339,11 +339,13 @@ def contact_count(data: mjx.Data) -> jax.Array:
 
     impl "jax" keeps one slot per candidate pair and marks the active ones by
     ``dist < includemargin``; impl "warp" keeps a pool of ``nacon`` contacts for
-    all worlds, each tagged with its world.
+    all worlds, each tagged with its world; impl "c" has MuJoCo's ``ncon``.
     """
     jnp = jax.numpy
     num_envs = data.qpos.shape[0]
     impl = data._impl
+    if native.is_native(data):  # MuJoCo counts them itself
+        return impl.ncon
     if hasattr(impl, "contact__worldid"):
         active = (jnp.arange(impl.contact__worldid.shape[0]) < impl.nacon[0]) & (
             impl.contact__dist < impl.contact__includemargin

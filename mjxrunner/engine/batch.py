@@ -260,8 +260,8 @@ def with_ref(
     config: Config, ref: params.Reference | None, mj_model: mujoco.MjModel, paths: Any
 ) -> params.Reference | None:
     """``ref``, built now if it is None and ``paths`` touch masses (whose derived
-    constants need it)."""
-    if ref is not None or not set(paths) & params.MASS_FIELDS:
+    constants need it). Impl "c" needs none: MuJoCo derives them itself."""
+    if ref is not None or not set(paths) & params.MASS_FIELDS or config.backend.impl == "c":
         return ref
     return put(params.Reference.build(mj_model, config.backend.device), config.replace(mesh=None))
 

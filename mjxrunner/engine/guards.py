@@ -38,7 +38,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import backend
+from mjxrunner.engine import backend, native
 from mjxrunner.engine.errors import (
     CapacityOverflowError,
     CapacityWarning,
@@ -111,7 +111,8 @@ def unstable(data: mjx.Data, max_qvel: float = MAX_QVEL) -> jax.Array:
     """``(num_envs,)`` bool: worlds of batched ``data`` that blew up.
 
     True where ``qpos``, ``qvel`` or ``qacc`` has a NaN/Inf or ``|qvel| > max_qvel``
-    (static).
+    (static), and on impl "c" where MuJoCo reset a diverging world in the last step
+    (it does so by itself, with a warning, instead of letting NaN through).
     """
     n = data.qpos.shape[0]
 
@@ -123,6 +124,8 @@ def unstable(data: mjx.Data, max_qvel: float = MAX_QVEL) -> jax.Array:
     ok = all_finite(data.qpos) & all_finite(data.qacc) & (jnp.abs(qvel) <= max_qvel).all(axis=1)
     if math.isinf(max_qvel):
         ok = ok & jnp.isfinite(qvel).all(axis=1)
+    if native.is_native(data):
+        ok = ok & ~data._impl.diverged
     return ~ok
 
 

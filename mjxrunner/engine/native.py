@@ -132,6 +132,21 @@ DIVERGENCE = (
 
 ALIASES = {"c": "c", "cpp": "c"}
 
+# Model fields whose change alters what mj_setConst derives (subtree masses,
+# invweights, ... at qpos0): a world given new values is set up again by MuJoCo.
+SETCONST_FIELDS = frozenset(
+    {
+        "body_mass",
+        "body_inertia",
+        "dof_armature",
+        "body_pos",
+        "body_quat",
+        "body_ipos",
+        "body_iquat",
+        "qpos0",
+    }
+)
+
 LAYOUT_NOTE = (
     "contacts and constraint rows stay in MuJoCo's arena: the data carries the "
     "contact count per world (_impl.ncon), not MJX's contact or efc arrays"
@@ -345,6 +360,7 @@ class _Sim:
         self.out = {name: self.batch.bind(name) for name in (*DERIVED_FIELDS, *IMPL_FIELDS)}
         self.ncon = self.batch.bind("ncon")
         self.expanded: set[str] = set()
+        self.last: dict[str, np.ndarray] = {}  # setconst inputs as last written
         self._base: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def base(self, paths: tuple, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -353,30 +369,41 @@ class _Sim:
         if key not in self._base:
             parts = [_model_field(self.host.model, p).ravel() for p, _ in paths]
             exact = np.concatenate([np.zeros(0), *parts]).astype(np.float64)
-            self._base[key] = (exact, exact.astype(dtype))
+            with np.errstate(over="ignore"):  # a huge value rounds to inf, as in the data
+                self._base[key] = (exact, exact.astype(dtype))
         return self._base[key]
 
-    def write_params(self, paths: tuple, values: np.ndarray) -> None:
+    def write_params(self, paths: tuple, values: np.ndarray) -> np.ndarray:
         """Writes model fields ``values`` (``(1 or n, total size)``) where they differ
         from the host model's: a field equal to the rounding of the host value keeps
-        the exact value."""
-        if not paths:
-            return
+        the exact value. Returns the ``(n,)`` bool worlds whose mj_setConst inputs
+        changed."""
         n = self.batch.nsim
+        moved = np.zeros(n, bool)
+        if not paths:
+            return moved
         exact, rounded = self.base(paths, values.dtype)
         if not self.expanded.intersection(p for p, _ in paths) and np.array_equal(
             values, np.broadcast_to(rounded, values.shape)
         ):
-            return  # the common case: nothing differs, nothing was written before
+            return moved  # the common case: nothing differs, nothing was written before
         offset = 0
         for path, size in paths:
             part = values[:, offset : offset + size]
             keep = part == rounded[offset : offset + size]
             if path in self.expanded or not keep.all():
                 self.expanded.add(path)
+                new = np.where(keep, exact[offset : offset + size], part)
                 rows = self.batch.expand(path).reshape(n, -1)
-                rows[...] = np.where(keep, exact[offset : offset + size], part)
+                if path in SETCONST_FIELDS:
+                    last = self.last.get(
+                        path, np.broadcast_to(exact[offset : offset + size], rows.shape)
+                    )
+                    moved |= np.any(new != last, axis=1)
+                    self.last[path] = np.broadcast_to(new, rows.shape).copy()
+                rows[...] = new
             offset += size
+        return moved
 
     def run(self, call: Call, state, seen, shared, per_world):
         b, n = self.batch, self.batch.nsim
@@ -388,8 +415,11 @@ class _Sim:
             rows = rows.copy()
             np.copyto(rows, seen, where=changed)
         b.state[...] = rows
-        self.write_params(call.shared, shared)
-        self.write_params(call.per_world, per_world)
+        moved = self.write_params(call.shared, shared) | self.write_params(
+            call.per_world, per_world
+        )
+        if moved.any():
+            b.set_const(np.flatnonzero(moved).astype(np.int32))
         before = b.warning[:, DIVERGENCE, 1].copy()
         if call.how == "step":
             b.step(nstep=call.nstep)

@@ -26,6 +26,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
+from mjxrunner.engine import native
 from mjxrunner.engine.worlds import (
     core_ndims,
     pytree_dataclass,
@@ -218,6 +219,8 @@ def recompute_derived(model: mjx.Model, ref: Reference) -> mjx.Model:
     fields are all shared gets shared derived fields. Works for either impl: the
     constants are computed with MJX's JAX functions on ``ref``.
     """
+    if native.is_native(model):
+        return model  # MuJoCo's own mj_setConst runs per world on the host (see native)
     axes = world_axes(model)
     masses = {f: getattr(model, f) for f in MASS_FIELDS}
     mass_axes = {f: getattr(axes, f) for f in MASS_FIELDS}
