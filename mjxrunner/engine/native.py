@@ -212,6 +212,21 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+def check_mesh(mesh: Any) -> None:
+    """Refuses a mesh with several devices of this process: impl "c" spreads its
+    worlds over threads, not devices. Across processes (``jax.distributed``) each
+    process steps its own worlds on its own threads, so one device per process is
+    the layout."""
+    here = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+    if len(here) > 1:
+        raise ValueError(
+            f"impl 'c' steps the worlds of a process on its CPU threads, not on several "
+            f"devices: the mesh has {len(here)} devices of this process. Drop devices= "
+            "(and set num_threads= for more threads), or run one process per machine "
+            "with jax.distributed, one device each"
+        )
+
+
 # --- building ---------------------------------------------------------------------
 
 
