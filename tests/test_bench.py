@@ -211,7 +211,7 @@ def test_measure_reports_unavailable_variants():
         ({"num_envs": 4}, TypeError, "sequence"),
         ({"n_steps": 0}, ValueError, "n_steps"),
         ({"repeats": 1.5}, TypeError, "repeats"),
-        ({"impl": "cpp"}, ValueError, "impl"),
+        ({"impl": "torch"}, ValueError, "impl"),
         ({"variants": ["raw", "fastest"]}, ValueError, "variants"),
         ({"variants": "raw"}, TypeError, "variants"),
         ({"device": "tpu"}, ValueError, "tpu"),
