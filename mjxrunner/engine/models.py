@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -294,9 +295,48 @@ def mjb_bytes(m: mujoco.MjModel) -> np.ndarray:
     return buffer
 
 
+# The binary model's header: a magic number, sizeof(mjtNum), the counts of its int,
+# size and pointer fields... and, at this index, the MuJoCo version that wrote it.
+_MJB_VERSION = 3
+
+
+def _load_mjb(raw: bytes) -> mujoco.MjModel:
+    return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": raw})
+
+
 def from_mjb(buffer: np.ndarray) -> mujoco.MjModel:
-    """The model of :func:`mjb_bytes` output."""
-    return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": np.asarray(buffer).tobytes()})
+    """The model of :func:`mjb_bytes` output.
+
+    MuJoCo refuses a binary model written by another release even where the layout is
+    the same (e.g. 4.0.0 to 4.0.1). The layout is checked by the header's field counts
+    and the byte size: where both match this MuJoCo's, the file loads with a warning;
+    where they do not, MuJoCo's own error is raised.
+    """
+    raw = np.asarray(buffer).tobytes()
+    try:
+        return _load_mjb(raw)
+    except ValueError:
+        header = np.frombuffer(raw[: 4 * (_MJB_VERSION + 2)], np.int32).copy()
+        if len(header) < _MJB_VERSION + 2 or header[_MJB_VERSION] == mujoco.mj_version():
+            raise
+        saved = int(header[_MJB_VERSION])
+        header[_MJB_VERSION] = mujoco.mj_version()
+        other = ValueError(
+            f"the binary model was written by MuJoCo version {saved} with another "
+            f"layout than this MuJoCo {mujoco.mj_versionString()}'s; it does not load"
+        )
+        try:
+            m = _load_mjb(header.tobytes() + raw[header.nbytes :])
+        except ValueError:
+            raise other from None
+        if mujoco.mj_sizeModel(m) != len(raw):
+            raise other from None
+        warnings.warn(
+            f"the binary model was written by MuJoCo version {saved}; its layout is "
+            f"this MuJoCo {mujoco.mj_versionString()}'s, so it is loaded as one",
+            stacklevel=2,
+        )
+        return m
 
 
 def keyframe_id(m: mujoco.MjModel, keyframe: int | str) -> int:
