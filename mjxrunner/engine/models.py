@@ -191,8 +191,9 @@ def load(name: str) -> mujoco.MjModel:
     return mujoco.MjModel.from_xml_path(str(path(name)))
 
 
-def load_any(source: mujoco.MjModel | str | os.PathLike) -> mujoco.MjModel:
-    """An ``MjModel`` from a model, a registry name, an MJCF/MJB path or MJCF text.
+def load_any(source: mujoco.MjModel | mujoco.MjSpec | str | os.PathLike) -> mujoco.MjModel:
+    """An ``MjModel`` from a model, an ``MjSpec`` (compiled), a registry name, an
+    MJCF/MJB path or MJCF text.
 
     ``<include file=...>`` paths resolve relative to the directory of the model
     file (MuJoCo's rule, also for includes inside included files), never the working
@@ -205,9 +206,14 @@ def load_any(source: mujoco.MjModel | str | os.PathLike) -> mujoco.MjModel:
     """
     if isinstance(source, mujoco.MjModel):
         return source
+    if isinstance(source, mujoco.MjSpec):
+        try:
+            return source.compile()
+        except ValueError as e:
+            raise ValueError(f"MuJoCo could not compile the MjSpec: {e}") from e
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(
-            "model must be an MjModel, a name from models/, a path or MJCF text, "
+            "model must be an MjModel, an MjSpec, a name from models/, a path or MJCF text, "
             f"got {type(source).__name__}"
         )
     text = os.fspath(source)
