@@ -334,7 +334,7 @@ def in_dir(path):
         ("no/such/file.xml", ValueError, "neither a file nor a known name"),
         ("x" * 5000, ValueError, "neither a file"),  # a name too long for the OS
         ("a\0b", ValueError, "neither a file"),
-        (b"cartpole", TypeError, "MjModel, a name"),
+        (b"cartpole", TypeError, "MjModel, an MjSpec, a name"),
         ("<mujoco><worldbody><bad/></worldbody></mujoco>", ValueError, "could not load"),
         ("<html/>", ValueError, "could not load"),
     ],

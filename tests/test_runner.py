@@ -54,7 +54,7 @@ def test_model_sources_agree(tmp_path):
     "kwargs, error, match",
     [
         ({"model": "no_such_model"}, ValueError, "known models: .*cartpole"),
-        ({"model": 3}, TypeError, "MjModel, a name"),
+        ({"model": 3}, TypeError, "MjModel, an MjSpec, a name"),
         ({"model": "<mujoco><bad/></mujoco>"}, ValueError, "could not load"),
         ({"num_envs": 0}, ValueError, "num_envs must be >= 1"),
         ({"num_envs": 2.0}, TypeError, "num_envs must be an int"),
