@@ -11,10 +11,19 @@ bootstrap from zero.
     .venv/bin/python benchmarks/ppo.py --updates 20 --json   # shorter; JSON summary
     .venv/bin/python benchmarks/ppo.py --task ant_velocity --num-envs 256 \
         --normalize-obs --out curve.json                     # the ant's velocity tracking
+    .venv/bin/python benchmarks/ppo.py --task ant_velocity --num-envs 256 \
+        --normalize-obs --impl c --wall-time 300 --updates 1000 # 5 minutes of training
 
 Prints the learning curve (mean return of the episodes that ended in each update),
 the compile time and the training throughput in env steps per second (steady state,
 compile excluded), with the backend identity.
+
+``--impl`` picks the physics (``jax`` by default; ``c`` steps MuJoCo's C engine on
+``--num-threads`` threads). ``--wall-time S`` trains for S seconds of wall time
+instead of a fixed run: the updates go in jitted chunks of ``--chunk`` (the
+learning-rate schedule still spans ``--updates``), and training stops at the end of
+the chunk nearest S seconds, or after ``--updates``. Two impls given the
+same S are compared at equal wall time (compile time is reported apart).
 
 A task whose observation is a dict of terms (``mjxrunner.tasks.locomotion``) is fed
 to the MLP as the float vector terms concatenated in sorted order. A task that logs
@@ -37,7 +46,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from mjxrunner import backend_info
 from mjxrunner.engine.events import Latency, Pushes
 from mjxrunner.rl import env as E
 
@@ -67,6 +75,8 @@ class PPOConfig:
       latency: None, or ``(low, high)`` control steps of action latency.
       pushes: None, or ``(fewest, most, speed)``: horizontal kicks of up to ``speed``
         m/s on the first free joint every ``fewest`` to ``most`` steps.
+      impl: the env's physics, ``"jax"``, ``"warp"`` or ``"c"``.
+      num_threads: impl ``"c"``'s threads (None: every core).
     """
 
     task: str = "cartpole_balance"
@@ -87,6 +97,8 @@ class PPOConfig:
     normalize_obs: bool = False
     latency: tuple[int, int] | None = None
     pushes: tuple[int, int, float] | None = None
+    impl: str = "jax"
+    num_threads: int | None = None
 
     @property
     def steps_per_update(self) -> int:
@@ -101,11 +113,14 @@ class PPOConfig:
             fewest, most, speed = self.pushes
             kick = ((-speed, speed), (-speed, speed))
             options["pushes"] = Pushes(interval=(fewest, most), velocity=kick)
+        if self.num_threads is not None:
+            options["num_threads"] = self.num_threads
         return E.make(
             self.task,
             self.num_envs,
             autoreset="same_step",
             normalize_obs=self.normalize_obs,
+            impl=self.impl,
             **options,
         )
 
@@ -232,6 +247,20 @@ def make_train(config: PPOConfig):
     for a task that logs ``info["metrics"]``, each of those as ``info/<name>``, its
     mean over the rollout's steps and worlds.
     """
+    env, start, one_update = make_parts(config)
+
+    def train(key: jax.Array) -> tuple[dict, dict]:
+        carry = start(key)
+        (params, *_), metrics = jax.lax.scan(one_update, carry, None, length=config.num_updates)
+        return params, metrics
+
+    return env, train
+
+
+def make_parts(config: PPOConfig):
+    """``(env, start, one_update)``: ``start(key) -> carry`` and ``one_update(carry,
+    None) -> (carry, metrics)``, pure, that :func:`make_train` scans; the carry is
+    ``(params, opt_state, env_state, key)``."""
     env = config.make_env()
     obs_dim, act_dim = observation_size(env.observation_spec), env.action_size
     batch = config.steps_per_update
@@ -313,15 +342,13 @@ def make_train(config: PPOConfig):
         }
         return (params, opt_state, state, key), metrics
 
-    def train(key: jax.Array) -> tuple[dict, dict]:
+    def start(key: jax.Array) -> tuple:
         k_params, k_env, key = jax.random.split(key, 3)
         params = init_params(k_params, obs_dim, act_dim, config)
         state = env.reset(k_env)
-        carry = (params, optimizer.init(params), state, key)
-        (params, *_), metrics = jax.lax.scan(one_update, carry, None, length=config.num_updates)
-        return params, metrics
+        return (params, optimizer.init(params), state, key)
 
-    return env, train
+    return env, start, one_update
 
 
 def evaluate_random(config: PPOConfig, key: jax.Array, steps: int) -> float:
@@ -339,7 +366,7 @@ def evaluate_random(config: PPOConfig, key: jax.Array, steps: int) -> float:
 
 def run(config: PPOConfig, seed: int) -> dict[str, Any]:
     """Compiles and runs ``train``; returns the curve, timings and throughput."""
-    _, train = make_train(config)
+    env, train = make_train(config)
     key = jax.random.key(seed)
     t0 = time.perf_counter()
     compiled = jax.jit(train).lower(key).compile()
@@ -360,6 +387,53 @@ def run(config: PPOConfig, seed: int) -> dict[str, Any]:
         "mean_reward": np.asarray(metrics["mean_reward"]).tolist(),
         **{k: np.asarray(v).tolist() for k, v in metrics.items() if k.startswith("info/")},
         "params": params,
+        "backend": env.config.backend.info(),
+    }
+
+
+def run_for(config: PPOConfig, seed: int, wall_s: float, chunk: int = 5) -> dict[str, Any]:
+    """Trains for ``wall_s`` seconds of wall time (compile apart), in jitted chunks of
+    ``chunk`` updates, at most ``config.num_updates``, stopping at the end of the chunk
+    nearest ``wall_s``; returns what :func:`run` does, plus ``wall_s`` (per update:
+    seconds of training when its chunk ended)."""
+    env, start, one_update = make_parts(config)
+
+    def segment(carry):
+        return jax.lax.scan(one_update, carry, None, length=chunk)
+
+    key = jax.random.key(seed)
+    t0 = time.perf_counter()
+    carry = jax.block_until_ready(jax.jit(start)(key))
+    step = jax.jit(segment, donate_argnums=0).lower(carry).compile()
+    compile_s = time.perf_counter() - t0
+    chunks, ends = [], []
+    t0 = time.perf_counter()
+    while len(chunks) * chunk < config.num_updates:
+        carry, metrics = step(carry)
+        chunks.append(jax.device_get(metrics))  # waits for the chunk
+        ends.append(time.perf_counter() - t0)
+        last = ends[-1] - (ends[-2] if len(ends) > 1 else 0.0)
+        if ends[-1] + last / 2 >= wall_s:  # the chunk end nearest the budget
+            break
+    train_s = ends[-1]
+    metrics = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    total_steps = len(chunks) * chunk * config.steps_per_update
+    return {
+        "config": dataclasses.asdict(config),
+        "seed": seed,
+        "compile_s": round(compile_s, 2),
+        "train_s": round(train_s, 2),
+        "wall_time_budget_s": wall_s,
+        "updates_done": len(chunks) * chunk,
+        "env_steps": total_steps,
+        "env_steps_per_s": round(total_steps / train_s),
+        "wall_s": [round(e, 2) for e in ends for _ in range(chunk)],
+        "mean_return": np.asarray(metrics["mean_return"]).tolist(),
+        "episodes": np.asarray(metrics["episodes"]).astype(int).tolist(),
+        "mean_reward": np.asarray(metrics["mean_reward"]).tolist(),
+        **{k: np.asarray(v).tolist() for k, v in metrics.items() if k.startswith("info/")},
+        "params": carry[0],
+        "backend": env.config.backend.info(),
     }
 
 
@@ -379,6 +453,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=int, nargs=2, metavar=("LOW", "HIGH"))
     parser.add_argument("--push-interval", type=int, nargs=2, metavar=("FEWEST", "MOST"))
     parser.add_argument("--push-speed", type=float, default=0.5)
+    parser.add_argument("--impl", default="jax", help="jax (default), warp, or c (cpp)")
+    parser.add_argument("--num-threads", type=int, help="impl c's threads (default: every core)")
+    parser.add_argument(
+        "--wall-time", type=float, metavar="S", help="train for S seconds (see above)"
+    )
+    parser.add_argument("--chunk", type=int, default=5, help="updates per chunk of --wall-time")
     parser.add_argument(
         "--baseline-steps", type=int, default=500, help="steps of the random baseline (0: none)"
     )
@@ -401,8 +481,13 @@ def main(argv: list[str] | None = None) -> int:
         normalize_obs=args.normalize_obs,
         latency=None if args.latency is None else tuple(args.latency),
         pushes=pushes,
+        impl=args.impl,
+        num_threads=args.num_threads,
     )
-    result = run(config, args.seed)
+    if args.wall_time is not None:
+        result = run_for(config, args.seed, args.wall_time, args.chunk)
+    else:
+        result = run(config, args.seed)
     baseline = float("nan")
     if args.baseline_steps:
         baseline = evaluate_random(config, jax.random.key(args.seed + 1), args.baseline_steps)
@@ -410,6 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     logged = sorted(k for k in result if k.startswith("info/"))
     print(f"PPO on {config.task}: {config.num_envs} worlds x {config.rollout_steps} steps/update")
     print(f"random policy: mean return {baseline:.1f}")
+    if "wall_s" in result:
+        print(f"trained {result['train_s']} s of a {args.wall_time} s budget: "
+              f"{result['updates_done']} of {config.num_updates} updates")  # fmt: skip
     every = max(1, len(curve) // 25)
     for i in range(0, len(curve), every):
         extra = "".join(f"  {k[5:]} {result[k][i]:.3f}" for k in logged)
@@ -421,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"compile {result['compile_s']} s; training {result['train_s']} s for "
           f"{result['env_steps']} env steps = {result['env_steps_per_s']} env steps/s")  # fmt: skip
     summary = {k: v for k, v in result.items() if k != "params"}
-    summary.update(random_return=baseline, final_return=final, backend=backend_info("jax"))
+    summary.update(random_return=baseline, final_return=final)
     if args.json:
         print(json.dumps(summary))
     if args.out:

@@ -82,6 +82,52 @@ def test_rates_come_from_the_timed_calls(report):
         assert r["peak_rss_bytes"] is None or r["peak_rss_bytes"] > 2**20
 
 
+def test_records_name_what_stepped_their_worlds(report):
+    impls = {r["variant"]: r["impl"] for r in report["results"] if r["status"] == "ok"}
+    assert impls == {
+        "raw": "jax",
+        "rollout": "jax",
+        "step_loop": "jax",
+        "native": "mujoco",
+        "native_loop": "mujoco",
+    }
+    assert report["config"]["num_threads"] == report["host"]["native_threads"] >= 1
+
+
+@pytest.fixture(scope="module")
+def report_c():
+    return bench.run(
+        slider_xml(4), [N], STEPS, repeats=REPEATS, impl="cpp", num_threads=1, progress=False
+    )
+
+
+def test_impl_c_beside_mjx_and_mujoco_rollout(report_c):
+    bench.validate(report_c)
+    assert report_c["config"]["impl"] == "c" and report_c["config"]["num_threads"] == 1
+    info = report_c["backend"]
+    assert (info["impl"], info["num_threads"], info["physics_dtype"]) == ("c", 1, "float64")
+    assert report_c["host"]["native_threads"] == 1  # the floor runs on as many threads
+    rows = _by_variant(report_c)
+    impls = {name: r.get("impl") for name, r in rows.items() if r["status"] == "ok"}
+    # raw stays MJX (impl jax): the report sets impl c beside it and beside the floor.
+    assert impls == {
+        "raw": "jax",
+        "rollout": "c",
+        "step_loop": "c",
+        "native": "mujoco",
+        "native_loop": "mujoco",
+    }
+    assert rows["sharded"]["status"] == "unavailable" and "threads" in rows["sharded"]["reason"]
+    for name in ("rollout", "step_loop"):
+        r = rows[name]
+        assert r["ratio_to_native"] == pytest.approx(
+            r["steps_per_s"] / rows["native"]["steps_per_s"], rel=1e-12
+        )
+    text = bench.table(report_c)
+    assert "impl=c" in text and "1 threads for native and impl c" in text
+    assert any(line.split()[1:3] == ["rollout", "c"] for line in text.splitlines()[5:])
+
+
 def test_missing_variants_are_reported_with_a_reason(report):
     rows = _by_variant(report)
     assert rows["env"]["status"] == "unavailable" and "no task" in rows["env"]["reason"]
@@ -211,7 +257,9 @@ def test_measure_reports_unavailable_variants():
         ({"num_envs": 4}, TypeError, "sequence"),
         ({"n_steps": 0}, ValueError, "n_steps"),
         ({"repeats": 1.5}, TypeError, "repeats"),
-        ({"impl": "cpp"}, ValueError, "impl"),
+        ({"impl": "c++"}, ValueError, "impl"),
+        ({"num_threads": 0}, ValueError, "num_threads"),
+        ({"impl": "c", "device": "tpu"}, ValueError, "tpu"),
         ({"variants": ["raw", "fastest"]}, ValueError, "variants"),
         ({"variants": "raw"}, TypeError, "variants"),
         ({"device": "tpu"}, ValueError, "tpu"),

@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import pytest
 from conftest import slider_xml
 
@@ -10,11 +11,39 @@ from mjxrunner.tools import bench, cli
 
 
 def test_run_prints_a_summary(capsys):
-    assert cli.main(["run", "pendulum", "--num-envs", "4", "--steps", "5", "--json"]) == 0
+    argv = ["run", "pendulum", "--num-envs", "4", "--steps", "5", "--json"]
+    assert cli.main([*argv, "--impl", "jax"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["num_envs"] == 4 and out["steps"] == 5
     assert out["env_steps_per_s"] > 0 and out["compile_s"] > 0
     assert out["backend"]["impl"] == "jax"
+
+
+@pytest.mark.parametrize("spelling", ["c", "cpp"])
+def test_run_on_impl_c_with_its_threads(spelling, capsys):
+    argv = ["run", "pendulum", "--num-envs", "4", "--steps", "5", "--json", "--impl", spelling]
+    assert cli.main([*argv, "--num-threads", "1"]) == 0
+    info = json.loads(capsys.readouterr().out)["backend"]
+    assert info["impl"] == "c" and info["num_threads"] == 1
+    assert info["physics_dtype"] == "float64"
+
+
+@pytest.mark.parametrize(("platform", "impl"), [("cpu", "c"), ("gpu", "jax"), ("tpu", "jax")])
+def test_the_default_impl_follows_the_machine(platform, impl, monkeypatch, capsys):
+    # No accelerator: MuJoCo's C engine on the CPU's threads; a GPU or TPU: MJX.
+    monkeypatch.setattr(jax, "default_backend", lambda: platform)
+    assert cli.default_impl() == impl
+    if platform == "cpu":  # the machine the suite runs on
+        argv = ["run", "pendulum", "--num-envs", "2", "--steps", "2", "--json"]
+        assert cli.main(argv) == 0
+        assert json.loads(capsys.readouterr().out)["backend"]["impl"] == "c"
+
+
+def test_threads_are_for_impl_c_only(capsys):
+    argv = ["run", "pendulum", "--steps", "1", "--impl", "jax", "--num-threads", "2"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mjxrunner: error:") and "--num-threads" in err and "'jax'" in err
 
 
 def test_run_resets_worlds_the_task_says_ended(capsys):
@@ -59,7 +88,9 @@ def test_info_and_models(capsys):
     "argv",
     [
         ["run", "cartpole", "--num-envs", "0"],
-        ["run", "cartpole", "--impl", "cpp"],
+        ["run", "cartpole", "--impl", "c++"],
+        ["run", "cartpole", "--num-threads", "0"],
+        ["bench", "cartpole", "--num-threads", "two"],
         ["run", "cartpole", "--max-episode-steps", "0"],
         ["run"],
         ["nonsense"],
@@ -103,6 +134,7 @@ def test_bench_prints_a_table_and_writes_json_and_plot(tmp_path, capsys):
     assert printed == json.loads(out.read_text())
     bench.validate(printed)
     assert printed["config"]["model"] == "slider"
+    assert printed["config"]["impl"] == cli.default_impl()  # c where there is no GPU or TPU
     rows = {r["variant"]: r for r in printed["results"]}
     assert rows["native"]["ratio_to_raw"] == pytest.approx(
         rows["native"]["steps_per_s"] / rows["raw"]["steps_per_s"]
@@ -113,6 +145,24 @@ def test_bench_prints_a_table_and_writes_json_and_plot(tmp_path, capsys):
     assert cli.main(argv) == 0
     table = capsys.readouterr().out
     assert "steps/s" in table and "x native" in table and "unavailable" in table
+
+
+def test_bench_takes_impl_c_and_its_threads(tmp_path, capsys):
+    scene = tmp_path / "slider.xml"
+    scene.write_text(slider_xml(4))
+    argv = ["bench", str(scene), "--num-envs", "3", "--steps", "2", "--repeats", "1"]
+    argv += ["--variants", "rollout,native_loop", "--no-progress", "--json"]
+    assert cli.main([*argv, "--impl", "cpp", "--num-threads", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    bench.validate(report)
+    assert report["backend"]["impl"] == "c" and report["backend"]["num_threads"] == 1
+    assert [(r["variant"], r["impl"]) for r in report["results"]] == [
+        ("rollout", "c"),
+        ("native_loop", "mujoco"),
+    ]
+    # The floor's threads may be set for the MJX impls too.
+    assert cli.main([*argv, "--impl", "jax", "--num-threads", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["host"]["native_threads"] == 1
 
 
 @pytest.mark.parametrize(

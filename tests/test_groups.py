@@ -401,7 +401,7 @@ def test_gymnasium_over_groups_matches_its_groups_and_checks_out(vector_envs, en
     first = raw(v.state)
     np.testing.assert_array_equal(obs, s.obs)
     rng = np.random.default_rng(2)
-    wrapped = gymnasium.wrappers.vector.RecordEpisodeStatistics(v)
+    wrapped = gymnasium.wrappers.vector.RecordEpisodeStatistics(v, stats_key="wrapper_episode")
     for _ in range(5):
         u = rng.uniform(-1, 1, (N, NU)).astype(np.float32)
         obs, reward, terminated, truncated, _ = wrapped.step(u)
@@ -447,7 +447,8 @@ def test_torch_door_takes_groups(envs):
     state = E.jit_reset(envs[0], jax.random.key(1))
     floats, flags, apart = torch_door._pack(state)
     assert apart == ()  # every group of a float vector observation shares the buffer
-    assert floats.shape == (2 * N * OBS + N,) and flags.shape == (3 * N,)
+    # obs and final obs of every world, then rewards, last returns and last lengths
+    assert floats.shape == (2 * N * OBS + 3 * N,) and flags.shape == (3 * N,)
     np.testing.assert_array_equal(np.asarray(floats[: N * OBS]).reshape(N, OBS), state.obs)
     v._door.state = state
     v.set_episode_length(torch.arange(N) % 5)

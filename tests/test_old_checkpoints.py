@@ -4,12 +4,14 @@ continue their runs: files made by tests/data/make_old_checkpoints.py at that ve
 from pathlib import Path
 
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
 
 from mjxrunner import MultiEnvRunner
 from mjxrunner import env as mjxenv
 from mjxrunner.checkpoint import CheckpointError
+from mjxrunner.engine import models
 
 DATA = Path(__file__).parent / "data"
 ACTIONS = np.linspace(-1, 1, 4, dtype=np.float32)[:, None]
@@ -41,3 +43,26 @@ def test_an_old_env_file_continues_its_run():
 def test_an_old_file_of_the_wrong_kind_names_the_door_to_use():
     with pytest.raises(CheckpointError, match=r"holds an env, not a runner.*mjxrunner\.env\.load"):
         MultiEnvRunner.load(DATA / "v2_env.npz")
+
+
+def _mjb(version_delta=0, nint_delta=0):
+    m = mujoco.MjModel.from_xml_path(str(models.path("cartpole")))
+    raw = models.mjb_bytes(m).copy()
+    header = raw[:20].view(np.int32)
+    header[3] += version_delta
+    header[2] += nint_delta
+    return m, raw
+
+
+def test_a_binary_model_of_another_release_with_this_layout_loads_with_a_warning():
+    m, raw = _mjb(version_delta=-1)
+    with pytest.warns(UserWarning, match="written by MuJoCo version"):
+        loaded = models.from_mjb(raw)
+    np.testing.assert_array_equal(loaded.body_mass, m.body_mass)
+    assert loaded.nq == m.nq and loaded.opt.timestep == m.opt.timestep
+
+
+def test_a_binary_model_of_another_layout_is_refused():
+    _, raw = _mjb(version_delta=-1, nint_delta=1)
+    with pytest.raises(ValueError, match="another layout"):
+        models.from_mjb(raw)

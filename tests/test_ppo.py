@@ -88,6 +88,18 @@ def test_run_reports_throughput_and_counts(result):
     np.testing.assert_array_equal(np.isfinite(result["mean_return"]), ended)
 
 
+def test_a_wall_time_budget_stops_at_a_chunk_end_on_impl_c():
+    config = ppo.PPOConfig(num_envs=4, rollout_steps=8, num_updates=6, impl="c", num_threads=1)
+    whole = ppo.run_for(config, seed=0, wall_s=1e9, chunk=2)
+    assert whole["updates_done"] == 6 and len(whole["mean_return"]) == 6
+    assert whole["backend"]["impl"] == "c" and whole["backend"]["num_threads"] == 1
+    assert whole["env_steps"] == 6 * 4 * 8
+    short = ppo.run_for(config, seed=0, wall_s=0.0, chunk=2)
+    assert short["updates_done"] == 2  # the first chunk's end is the nearest to 0 s
+    # the same seed: the chunks of the short run are the first of the whole one
+    np.testing.assert_array_equal(short["mean_reward"], whole["mean_reward"][:2])
+
+
 def test_bad_minibatch_split_is_rejected():
     with pytest.raises(ValueError, match="divisible by minibatches"):
         ppo.make_train(ppo.PPOConfig(num_envs=3, rollout_steps=5, minibatches=4))

@@ -86,20 +86,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@conftest.background("test_sharding")
-def launch_two_processes(out):
-    """Both processes of the two-process test, started when collection ends."""
-    port, env = str(free_port()), conftest.subprocess_env()
-    result = str(out / "out.npz")
-    return [
-        conftest.start("distributed_worker.py", str(i), port, result, out=out, env=env)
-        for i in range(2)
-    ]
+def two_processes(impl):
+    def launch(out):
+        """Both processes of the two-process test, started when collection ends."""
+        port, env = str(free_port()), conftest.subprocess_env()
+        result = str(out / "out.npz")
+        return [
+            conftest.start("distributed_worker.py", str(i), port, result, impl, out=out, env=env)
+            for i in range(2)
+        ]
+
+    return launch
 
 
-def test_two_processes_match_one(unsharded):
-    logs, out = conftest.finished("test_sharding", timeout=600)
+conftest.background("test_sharding")(two_processes("jax"))
+# impl "c" across processes: each steps its share of the worlds on its own threads
+conftest.background("test_sharding_c", needed_by="test_sharding")(two_processes("c"))
+
+
+@pytest.mark.parametrize("impl", ["jax", "c"])
+def test_two_processes_match_one(impl, unsharded):
+    logs, out = conftest.finished("test_sharding" if impl == "jax" else "test_sharding_c", 600)
     assert all(code == 0 for code, _ in logs), "\n".join(log[-3000:] for _, log in logs)
     with np.load(out / "out.npz") as f:
         results = [f[f"r{i}"] for i in range(len(f.files))]
-    assert_same(unsharded, results)
+    expected = unsharded if impl == "jax" else run(MultiEnvRunner("cartpole", N, seed=7, impl="c"))
+    assert_same(expected, results)
+
+
+def test_impl_c_refuses_several_devices_of_one_process():
+    with pytest.raises(ValueError, match="threads"):
+        MultiEnvRunner("cartpole", N, seed=7, impl="c", devices=2)
+    r = MultiEnvRunner("cartpole", N, seed=7, impl="c")
+    with pytest.raises(ValueError, match="threads"):
+        r.shard(2)
+    assert r.mesh is None

@@ -236,14 +236,18 @@ def packed_groups(obs: Any, float_dtype: Any) -> tuple[list[str], list[str]]:
 
 def outputs(state: env_.EnvState) -> tuple[jax.Array, jax.Array, tuple[jax.Array, ...]]:
     """What a step hands out, in few buffers (each output of a compiled call, and
-    each export or transfer of one, costs host time): floats ``obs, final_obs,
-    reward`` of every float group, bools ``terminated, truncated, final_mask``, and
-    ``(obs, final_obs)`` of each other group. :class:`Outputs` splits them again."""
+    each export or transfer of one, costs host time): floats ``obs, final_obs`` of
+    every float group, ``reward`` and the return and length of each world's last
+    finished episode; bools ``terminated, truncated, final_mask``; and ``(obs,
+    final_obs)`` of each other group. :class:`Outputs` splits them again."""
     dtype = state.reward.dtype
     obs, final = groups_of(state.obs), groups_of(state.final_obs)
     in_floats, apart = packed_groups(state.obs, dtype)
+    stats = state.stats
     floats = jnp.concatenate(
-        [obs[k].ravel() for k in in_floats] + [final[k].ravel() for k in in_floats] + [state.reward]
+        [obs[k].ravel() for k in in_floats]
+        + [final[k].ravel() for k in in_floats]
+        + [state.reward, stats.last_return.astype(dtype), stats.last_length.astype(dtype)]
     )
     flags = jnp.concatenate([state.terminated, state.truncated, state.final_mask])
     return floats, flags, tuple(x for k in apart for x in (obs[k], final[k]))
@@ -266,8 +270,9 @@ class Outputs:
         self._n = num_envs
 
     def split(self, floats: Any, flags: Any, apart: tuple) -> dict[str, Any]:
-        """``obs`` and ``final_obs`` (dicts of groups), ``reward``, ``terminated``,
-        ``truncated`` and ``final_mask``, as views of the buffers."""
+        """``obs`` and ``final_obs`` (dicts of groups), ``reward``, ``last_return``,
+        ``last_length`` (floats), ``terminated``, ``truncated`` and ``final_mask``, as
+        views of the buffers."""
         n = self._n
         obs, final, at = {}, {}, 0
         for out in (obs, final):
@@ -280,7 +285,9 @@ class Outputs:
         return {
             "obs": obs,
             "final_obs": final,
-            "reward": floats[at:],
+            "reward": floats[at : at + n],
+            "last_return": floats[at + n : at + 2 * n],
+            "last_length": floats[at + 2 * n :],
             "terminated": flags[:n],
             "truncated": flags[n : 2 * n],
             "final_mask": flags[2 * n :],

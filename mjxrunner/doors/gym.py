@@ -24,6 +24,7 @@ mode. Importing mjxrunner registers every built-in task with Gymnasium
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -129,7 +130,8 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         (``"NextStep"``, ``"SameStep"``, ``"Disabled"``) or the env's name for it
         (``"next_step"``, ``"same_step"``, ``"disabled"``).
       seed: seed of the first :meth:`reset` when it is given none.
-      impl: MJX implementation, ``"jax"`` or ``"warp"``.
+      impl: the physics, ``"jax"``, ``"warp"`` or ``"c"`` (see
+        :mod:`mjxrunner.engine.backend`).
       device: None, a ``jax.Device`` or a platform name.
       model: a scene to use instead of the task's (see :func:`mjxrunner.env.make`).
       reset_pool: if > 0, restarts draw from this many cached starts.
@@ -143,6 +145,10 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
       camera: None (a free camera: the model's first camera for one world's frame,
         a camera framing them all for the side-by-side picture), or a camera
         name or index of the model.
+      episode_info: :meth:`step`'s ``infos`` carry the episodes that ended
+        (``"episode"``, ``"_episode"``), as Gymnasium's ``RecordEpisodeStatistics``
+        adds them; False leaves that to such a wrapper (which refuses to add
+        them where they are already).
       **options: every other option of :func:`mjxrunner.env.make`, passed through:
         the engine's (an ``options=`` :class:`~mjxrunner.engine.Options` or its
         fields by name), ``devices``, ``restart_slots``, ``normalize_obs`` and
@@ -177,6 +183,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         render_worlds: Any = None,
         render_size: tuple[int, int] = (640, 480),
         camera: int | str | None = None,
+        episode_info: bool = True,
         **options: Any,
     ):
         mode = _autoreset_mode(autoreset_mode)
@@ -200,6 +207,8 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self._door = door.Door(env, door.outputs)
         self._next_env: env_.Env | None = None  # set_randomization's env, from reset() on
         self._outputs = door.Outputs(env.observation_spec, env.num_envs, env.low.dtype)
+        self._episode_info = checks.flag(episode_info, "episode_info")
+        self._episode_start = np.zeros((env.num_envs,))  # wall time, for info["episode"]
         self._whole = not isinstance(env.observation_spec, dict)
         self.num_envs = env.num_envs
         self.autoreset_mode = mode
@@ -334,6 +343,7 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self._door.state = state
         obs, done = jax.device_get((state.obs, state.done))
         self._done = np.asarray(done)
+        self._episode_start[slice(None) if mask is None else mask] = time.perf_counter()
         if self.render_mode == "rgb_array_list":
             self._frames = [self.render_tiled()]
         return to_numpy(obs), {}
@@ -348,7 +358,10 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
 
         Returns:
           ``(obs float32, rewards float64, terminated bool, truncated bool, infos)``,
-          each with a leading ``num_envs`` axis. In ``SAME_STEP``, ``infos`` holds
+          each with a leading ``num_envs`` axis. When episodes end, ``infos`` holds
+          ``"episode": {"r", "l", "t"}`` (return, length and wall seconds of the
+          episodes that ended, 0 elsewhere) and the mask ``"_episode"``, as
+          Gymnasium's ``RecordEpisodeStatistics`` gives them. In ``SAME_STEP``, ``infos`` holds
           ``final_obs`` (an object array with each restarted world's terminal
           observation, None elsewhere), ``final_info`` and the masks
           ``_final_obs``/``_final_info``, as ``SyncVectorEnv`` gives them.
@@ -375,15 +388,24 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         if self._whole:
             obs, final_obs = obs["policy"], final_obs["policy"]
         terminated, truncated = out["terminated"], out["truncated"]
-        self._done = terminated | truncated
+        self._done = done = terminated | truncated
         infos: dict[str, Any] = {}
+        if self._episode_info and done.any():  # as RecordEpisodeStatistics gives them
+            now = time.perf_counter()
+            infos["episode"] = {
+                "r": np.where(done, out["last_return"], 0.0),
+                "l": np.where(done, out["last_length"], 0).astype(np.int64),
+                "t": np.where(done, np.round(now - self._episode_start, 6), 0.0),
+            }
+            infos["_episode"] = done.copy()
+            self._episode_start[done] = now
         if out["final_mask"].any():
             ended = out["final_mask"]
             final = np.full((self.num_envs,), None, dtype=object)
             final_obs = to_numpy(final_obs)
             for i in np.flatnonzero(ended):
                 final[i] = world_of(final_obs, i)
-            infos = {
+            infos |= {
                 "final_obs": final,
                 "_final_obs": ended.copy(),
                 "final_info": {},

@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from mjxrunner.doors import controls, layout, runner_io
-from mjxrunner.engine import backend, checks, health, params, sharding, statevec
+from mjxrunner.engine import backend, checks, health, native, params, sharding, statevec
 from mjxrunner.engine import batch as engine
 from mjxrunner.engine import guards as guards_  # the constructor's ``guards`` argument shadows it
 from mjxrunner.engine import options as options_
@@ -432,13 +432,18 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
 
         Returns:
           NumPy ``(num_envs, mj_stateSize(m, spec))``, or ``(len(env_ids), ...)``
-          rows in the order given. ``mjSTATE_CTRL`` reads the controls set with
+          rows in the order given; float64 and exact on impl "c" (MuJoCo's own
+          state), else the data's float dtype. ``mjSTATE_CTRL`` reads the controls set with
           :meth:`set_actions` (the command, before any latency).
         """
         spec = statevec.state_spec(self._mj_model, spec)
         ids = None if env_ids is None else checks.env_ids(env_ids, self.num_envs)
         eng = self._eng
-        out = host_copy(_get_state(eng.config, eng.model, eng.state, spec))
+        if self.impl == "c":  # MuJoCo's own float64 state, exact
+            bits, ctrl = host_copy(eng.state.data._impl.state), host_copy(eng.state.ctrl)
+            out = statevec.exact_state(self._mj_model, bits, ctrl, spec)
+        else:
+            out = host_copy(_get_state(eng.config, eng.model, eng.state, spec))
         return out if ids is None else out[ids]
 
     def set_state(
@@ -459,6 +464,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
           update_fk: recompute those worlds' kinematics from the new ``qpos``
             (``mj_setState`` does not; quaternions come back normalized).
 
+        On impl "c" MuJoCo's float64 state takes the rows' values unrounded.
+
         ``mjSTATE_CTRL`` also sets the controls. Counters, flags, latency queues and
         push timers are not part of a MuJoCo state and are left as they are.
         """
@@ -467,8 +474,12 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         size = mujoco.mj_stateSize(self._mj_model, spec)
         dtype = backend.float_dtype()
         mask, full = checks.world_rows(states, "states", env_ids, self.num_envs, size, dtype)
+        exact = None
+        if self.impl == "c":  # MuJoCo's own state takes the rows' float64 values
+            _, rows = checks.world_rows(states, "states", env_ids, self.num_envs, size, np.float64)
+            exact = native.to_bits(rows)
         eng = self._eng
-        state = _set_state(eng.config, eng.model, eng.state, full, mask, spec, update_fk)
+        state = _set_state(eng.config, eng.model, eng.state, full, mask, spec, update_fk, exact)
         self._eng = eng.replace(state=state)
 
     def build_default(self) -> None:

@@ -242,6 +242,8 @@ def place(eng: Engine, mesh: Mesh | None) -> Engine:
     """The engine with its worlds split over ``mesh`` (None: back on one device)."""
     if mesh is not None:
         sharding.check_divisible(eng.num_envs, mesh)
+        if eng.config.backend.impl == "c":
+            native.check_mesh(mesh)
     config = eng.config.replace(mesh=mesh)
     return Engine(
         config,

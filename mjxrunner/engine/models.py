@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -190,8 +191,9 @@ def load(name: str) -> mujoco.MjModel:
     return mujoco.MjModel.from_xml_path(str(path(name)))
 
 
-def load_any(source: mujoco.MjModel | str | os.PathLike) -> mujoco.MjModel:
-    """An ``MjModel`` from a model, a registry name, an MJCF/MJB path or MJCF text.
+def load_any(source: mujoco.MjModel | mujoco.MjSpec | str | os.PathLike) -> mujoco.MjModel:
+    """An ``MjModel`` from a model, an ``MjSpec`` (compiled), a registry name, an
+    MJCF/MJB path or MJCF text.
 
     ``<include file=...>`` paths resolve relative to the directory of the model
     file (MuJoCo's rule, also for includes inside included files), never the working
@@ -204,9 +206,14 @@ def load_any(source: mujoco.MjModel | str | os.PathLike) -> mujoco.MjModel:
     """
     if isinstance(source, mujoco.MjModel):
         return source
+    if isinstance(source, mujoco.MjSpec):
+        try:
+            return source.compile()
+        except ValueError as e:
+            raise ValueError(f"MuJoCo could not compile the MjSpec: {e}") from e
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(
-            "model must be an MjModel, a name from models/, a path or MJCF text, "
+            "model must be an MjModel, an MjSpec, a name from models/, a path or MJCF text, "
             f"got {type(source).__name__}"
         )
     text = os.fspath(source)
@@ -294,9 +301,48 @@ def mjb_bytes(m: mujoco.MjModel) -> np.ndarray:
     return buffer
 
 
+# The binary model's header: a magic number, sizeof(mjtNum), the counts of its int,
+# size and pointer fields... and, at this index, the MuJoCo version that wrote it.
+_MJB_VERSION = 3
+
+
+def _load_mjb(raw: bytes) -> mujoco.MjModel:
+    return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": raw})
+
+
 def from_mjb(buffer: np.ndarray) -> mujoco.MjModel:
-    """The model of :func:`mjb_bytes` output."""
-    return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": np.asarray(buffer).tobytes()})
+    """The model of :func:`mjb_bytes` output.
+
+    MuJoCo refuses a binary model written by another release even where the layout is
+    the same (e.g. 4.0.0 to 4.0.1). The layout is checked by the header's field counts
+    and the byte size: where both match this MuJoCo's, the file loads with a warning;
+    where they do not, MuJoCo's own error is raised.
+    """
+    raw = np.asarray(buffer).tobytes()
+    try:
+        return _load_mjb(raw)
+    except ValueError:
+        header = np.frombuffer(raw[: 4 * (_MJB_VERSION + 2)], np.int32).copy()
+        if len(header) < _MJB_VERSION + 2 or header[_MJB_VERSION] == mujoco.mj_version():
+            raise
+        saved = int(header[_MJB_VERSION])
+        header[_MJB_VERSION] = mujoco.mj_version()
+        other = ValueError(
+            f"the binary model was written by MuJoCo version {saved} with another "
+            f"layout than this MuJoCo {mujoco.mj_versionString()}'s; it does not load"
+        )
+        try:
+            m = _load_mjb(header.tobytes() + raw[header.nbytes :])
+        except ValueError:
+            raise other from None
+        if mujoco.mj_sizeModel(m) != len(raw):
+            raise other from None
+        warnings.warn(
+            f"the binary model was written by MuJoCo version {saved}; its layout is "
+            f"this MuJoCo {mujoco.mj_versionString()}'s, so it is loaded as one",
+            stacklevel=2,
+        )
+        return m
 
 
 def keyframe_id(m: mujoco.MjModel, keyframe: int | str) -> int:

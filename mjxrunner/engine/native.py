@@ -212,6 +212,21 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+def check_mesh(mesh: Any) -> None:
+    """Refuses a mesh with several devices of this process: impl "c" spreads its
+    worlds over threads, not devices. Across processes (``jax.distributed``) each
+    process steps its own worlds on its own threads, so one device per process is
+    the layout."""
+    here = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+    if len(here) > 1:
+        raise ValueError(
+            f"impl 'c' steps the worlds of a process on its CPU threads, not on several "
+            f"devices: the mesh has {len(here)} devices of this process. Drop devices= "
+            "(and set num_threads= for more threads), or run one process per machine "
+            "with jax.distributed, one device each"
+        )
+
+
 # --- building ---------------------------------------------------------------------
 
 
@@ -231,10 +246,10 @@ def put_data(m: mujoco.MjModel, d: mujoco.MjData, device: jax.Device) -> Data:
     for f in dataclasses.fields(mjx.Data):
         if f.name == "_impl":
             continue
-        shape = _data_shape(m, f.name)
-        value = np.asarray(getattr(d, f.name)).reshape(shape)
-        dtype = bool if f.name == "eq_active" else like
-        fields[f.name] = value.astype(dtype)
+        value = np.asarray(getattr(d, f.name))
+        if f.name in MATRICES:  # MJX keeps 3x3 matrices where MjData keeps rows of 9
+            value = value.reshape(-1, 3, 3)
+        fields[f.name] = value.astype(bool if f.name == "eq_active" else like)
     state = np.empty(mujoco.mj_stateSize(m, INTEGRATION), np.float64)
     mujoco.mj_getState(m, d, state, INTEGRATION)
     impl = {name: np.asarray(getattr(d, name)).astype(like) for name in IMPL_FIELDS}
@@ -254,17 +269,7 @@ def _dtype_of_floats() -> np.dtype:
     return np.dtype(np.float64 if jax.config.jax_enable_x64 else np.float32)
 
 
-@functools.cache
-def _mjx_shapes(nbody: int, ncam: int, ngeom: int, nsite: int) -> dict[str, int]:
-    """Fields MJX keeps as 3x3 matrices where MjData keeps rows of 9."""
-    return {"xmat": nbody, "ximat": nbody, "geom_xmat": ngeom, "site_xmat": nsite, "cam_xmat": ncam}
-
-
-def _data_shape(m: mujoco.MjModel, name: str) -> tuple[int, ...] | None:
-    mats = _mjx_shapes(m.nbody, m.ncam, m.ngeom, m.nsite)
-    if name in mats:
-        return (mats[name], 3, 3)
-    return None
+MATRICES = frozenset({"xmat", "ximat", "geom_xmat", "site_xmat", "cam_xmat"})
 
 
 def to_bits(x: np.ndarray) -> np.ndarray:

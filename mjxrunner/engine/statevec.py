@@ -20,7 +20,15 @@ from mjxrunner.engine.sharding import AXIS, on_worlds
 from mjxrunner.engine.state import RunnerState
 from mjxrunner.engine.worlds import FlatModel, select_worlds, tree_of
 
-__all__ = ["get_state", "get_state_local", "set_state", "set_state_local", "state_spec"]
+__all__ = [
+    "exact_columns",
+    "exact_state",
+    "get_state",
+    "get_state_local",
+    "set_state",
+    "set_state_local",
+    "state_spec",
+]
 
 # --- MuJoCo state vectors (mjtState), world by world ------------------------------------
 
@@ -77,6 +85,32 @@ _STATE_FIELDS = (
 )
 
 
+def exact_columns(m: mujoco.MjModel, spec: int) -> np.ndarray:
+    """Where the ``spec`` state vector's entries sit in the ``mjSTATE_INTEGRATION``
+    vector (every component, in bit order): impl "c"'s exact state row."""
+    columns, offset = [], 0
+    for bit in range(int(mujoco.mjtState.mjNSTATE)):
+        size = mujoco.mj_stateSize(m, 1 << bit)
+        if spec & (1 << bit):
+            columns.extend(range(offset, offset + size))
+        offset += size
+    return np.asarray(columns, np.int32)
+
+
+def exact_state(m: mujoco.MjModel, bits: np.ndarray, ctrl: np.ndarray, spec: int) -> np.ndarray:
+    """Impl "c": ``(num_envs, mj_stateSize(m, spec))`` float64, the ``spec`` state
+    vectors of MuJoCo's own state (``bits``, ``(num_envs, nstate, 2)`` uint32), exact;
+    ``mjSTATE_CTRL`` reads the command ``ctrl`` as :func:`get_state_local` does."""
+    from mjxrunner.engine import native
+
+    out = native.from_bits(bits)[:, exact_columns(m, spec)]
+    ctrl_bit = int(mujoco.mjtState.mjSTATE_CTRL)
+    if spec & ctrl_bit:
+        where = np.isin(exact_columns(m, spec), exact_columns(m, ctrl_bit))
+        out[:, where] = ctrl
+    return out
+
+
 class _Fields(dict):
     """One world's state fields with the attribute access and ``replace`` that
     ``mjx.get_state``/``set_state`` use: vmapping them over these fields alone keeps
@@ -106,17 +140,26 @@ def set_state_local(
     mask: jax.Array,
     spec: int,
     update_fk: bool = True,
+    exact: jax.Array | None = None,
 ) -> RunnerState:
     """``state`` whose worlds in ``(num_envs,)`` ``mask`` take the ``spec`` state
     vectors ``values`` ``(num_envs, size)`` (MJX's ``set_state`` in each world); the
     other rows of ``values`` are ignored. ``mjSTATE_CTRL`` also sets ``state.ctrl``.
     With ``update_fk`` their kinematics are recomputed (:func:`forward_kinematics`).
-    Latency queues and push timers are not part of ``mjtState`` and stay."""
+    Latency queues and push timers are not part of ``mjtState`` and stay.
+
+    Impl "c" takes ``exact``, the same rows as float64 bits ``(num_envs, size, 2)``
+    uint32: MuJoCo's own state gets them unrounded (its public fields their rounding).
+    """
     data = state.data
     m = tree_of(model)
     put_one = lambda f, v: dict(mjx.set_state(m, _Fields(f), v, spec))  # noqa: E731
     fields = jax.vmap(put_one)({k: getattr(data, k) for k in _STATE_FIELDS}, values)
     new = data.replace(**{k: v.astype(getattr(data, k).dtype) for k, v in fields.items()})
+    if exact is not None:
+        columns = exact_columns(m._impl.host.model, spec)
+        bits = new._impl.state.at[:, columns].set(exact)
+        new = new.replace(_impl=new._impl.replace(state=bits))
     if update_fk:
         new = forward_kinematics(model, new)
     data = select_worlds(mask, new, data)
@@ -140,7 +183,11 @@ def set_state(
     mask: jax.Array,
     spec: int,
     update_fk: bool = True,
+    exact: jax.Array | None = None,
 ) -> RunnerState:
     """:func:`set_state_local` over the config's mesh."""
-    fn = lambda m, s, v, k: set_state_local(m, s, v, k, spec, update_fk)  # noqa: E731
-    return on_worlds(fn, config.mesh, model, state, values, mask, per_world=(2, 3))
+    if exact is None:
+        fn = lambda m, s, v, k: set_state_local(m, s, v, k, spec, update_fk)  # noqa: E731
+        return on_worlds(fn, config.mesh, model, state, values, mask, per_world=(2, 3))
+    fn = lambda m, s, v, k, e: set_state_local(m, s, v, k, spec, update_fk, e)  # noqa: E731
+    return on_worlds(fn, config.mesh, model, state, values, mask, exact, per_world=(2, 3, 4))

@@ -35,6 +35,7 @@ from mjxrunner.kit import normalize, observations, pixels
 from mjxrunner.rl.episode import AUTORESET_MODES, EnvState
 from mjxrunner.rl.restart import draw_starts, raw_spec, renderers, sharded
 from mjxrunner.rl.stepping import reset_local, reset_worlds_local, step_local
+from mjxrunner.tasks import contract
 from mjxrunner.tasks.base import Task
 
 
@@ -384,6 +385,7 @@ def make(
     put = lambda x: jax.device_put(x, b.device)  # noqa: E731
     device_model = FlatModel.of(b.put_model(m))
     start = b.put_data(m, start_data(m, task.keyframe))
+    contract.check(task, device_model.tree, start, m.nu)
     pipeline = observations.check(
         task.obs_config, raw_spec(task, device_model, start), f"task {task.name!r}"
     )

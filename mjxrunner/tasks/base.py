@@ -61,6 +61,7 @@ Adding a task for a new scene: write a module in ``mjxrunner/tasks/`` that defin
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -113,8 +114,10 @@ UpdateCurriculumFn = Callable[[mjx.Model, mjx.Data, Any, Any, jax.Array], Any]
 """``update_curriculum(model, data, info, state, key) -> state`` when a world's
 episode ends: ``data`` and ``info`` as the episode ended."""
 
-ModelSource = str | Callable[[], mujoco.MjModel]
-"""A scene: a name in ``models/``, or a function of no arguments that builds one."""
+ModelSource = str | os.PathLike | mujoco.MjModel | mujoco.MjSpec | Callable[[], mujoco.MjModel]
+"""A scene: a name in ``models/``, a path to an MJCF or MJB file, MJCF text, an
+``MjModel`` or ``MjSpec`` (your own robot), or a function of no arguments that builds
+one."""
 
 
 def never_terminated(model: mjx.Model, data: mjx.Data, info: Any = None) -> jax.Array:
@@ -142,10 +145,12 @@ class Task:
 
     Attributes:
       name: registry name, e.g. ``"cartpole_balance"``.
-      model: name of the scene in ``models/`` (see :func:`mjxrunner.models.list`),
-        or a function of no arguments that builds the scene (an ``MjModel``) for
-        one generated at run time, such as a terrain. Define it once (tasks compare
-        functions by identity) and let it return a fresh model on every call.
+      model: the scene: a name in ``models/`` (see :func:`mjxrunner.models.list`),
+        a path to your robot's MJCF or MJB file, MJCF text, an ``MjModel`` or an
+        ``MjSpec``; or a function of no arguments that builds the scene (an
+        ``MjModel``) for one generated at run time, such as a terrain. Define a
+        function once (tasks compare functions by identity) and let it return a
+        fresh model on every call.
       observation: one world's observation, ``(obs_dim,)``.
       reward: one transition's reward, ``()``.
       terminated: whether a state is terminal, ``()`` bool. Time limits are not
@@ -198,7 +203,7 @@ class Task:
 
     def load_model(self) -> mujoco.MjModel:
         """The task's scene as an ``MjModel`` (loaded by name, or built)."""
-        if callable(self.model):
+        if callable(self.model) and not isinstance(self.model, (mujoco.MjModel, mujoco.MjSpec)):
             built = self.model()
             if not isinstance(built, mujoco.MjModel):
                 raise TypeError(
@@ -211,10 +216,12 @@ class Task:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise TypeError("Task.name must be a non-empty str")
-        if not (callable(self.model) or (isinstance(self.model, str) and self.model)):
+        sources = (str, os.PathLike, mujoco.MjModel, mujoco.MjSpec)
+        if not (callable(self.model) or (isinstance(self.model, sources) and self.model != "")):
             raise TypeError(
-                f"Task.model must be a non-empty str (a scene's name) or a function that "
-                f"builds the scene, got {self.model!r}"
+                "Task.model must be a scene: a name from models/, a path to an MJCF or MJB "
+                "file, MJCF text, an MjModel, an MjSpec, or a function that builds the "
+                f"scene; got {self.model!r}"
             )
         for field in ("observation", "reward", "terminated", "initial_state"):
             if not callable(getattr(self, field)):

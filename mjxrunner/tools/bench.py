@@ -4,7 +4,8 @@ A *workload* is a model, a batch size, a step count and one fixed sequence of ra
 controls. Every *variant* runs exactly that workload from the same start state:
 
 1. ``raw``: ``jit(vmap(lax.scan(mjx.step)))`` with everything already on the device,
-   the floor of overhead that the other MJX variants are measured against;
+   the floor of overhead that the other MJX variants are measured against; for
+   impl ``"c"`` it runs MJX's impl ``"jax"``, so the report sets impl "c" beside MJX;
 2. ``rollout``: ``MultiEnvRunner.rollout`` (fused on-device ``lax.scan``, host
    controls validated and uploaded per call, ``qpos``/``qvel`` trajectory recorded);
    ``env``: a jitted ``lax.scan`` of :func:`mjxrunner.env.step` for the model's first
@@ -12,12 +13,18 @@ controls. Every *variant* runs exactly that workload from the same start state:
    episode statistics), where the model has a task;
 3. ``step_loop``: ``set_actions`` + ``step()`` from a Python loop, as an RL loop
    that lives on the host would call it;
-4. ``native``: ``mujoco.rollout`` with one thread per usable CPU core, the physics
-   reference on the CPU (float64, so it is a reference, not a like-for-like twin);
+4. ``native``: ``mujoco.rollout`` with ``num_threads`` threads (default: one per
+   usable CPU core) over the whole workload in one call, the physics reference on
+   the CPU (float64; the floor of impl ``"c"``, which runs the same C engine);
+   ``native_loop``: the same, called once per env step from Python, the floor of
+   ``step_loop``;
 5. ``sharded``: ``runner.rollout`` with the worlds split over every device of the
    platform (``MultiEnvRunner(devices=...)``); unavailable with one device (on CPU,
    ``backend.force_host_devices(2)`` or ``mjxrunner bench --host-devices 2`` before
-   JAX starts makes two).
+   JAX starts makes two); unavailable for impl ``"c"``, whose worlds share threads.
+
+Every record names what stepped its worlds (``impl``: ``"jax"``, ``"warp"``, ``"c"``,
+or ``"mujoco"`` for ``mujoco.rollout``).
 
 Each variant is one :class:`Variant` entry in :data:`VARIANTS`; a variant that cannot
 run here is reported as unavailable with its reason, never dropped.
@@ -182,6 +189,7 @@ def measure(
                 t0 = time.perf_counter()
                 trials[v.name] = v.prepare(w)
                 records[v.name]["setup_s"] = time.perf_counter() - t0
+                records[v.name]["impl"] = trials[v.name].impl or w.impl
                 trials[v.name].restore()
                 records[v.name]["first_call_s"] = _timed(trials[v.name].run)
                 seconds[v.name] = []
@@ -238,7 +246,7 @@ def _ratios(results: list[dict]) -> None:
                 r[key] = r["steps_per_s"] / base["steps_per_s"] if ok else None
 
 
-def _host() -> dict[str, Any]:
+def _host(threads: int) -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -248,7 +256,7 @@ def _host() -> dict[str, Any]:
     return {
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
-        "native_threads": native_threads(),
+        "native_threads": threads,
         "python": platform.python_version(),
         "system": f"{platform.system()} {platform.machine()}",
         "load_avg_start": _load(),
@@ -330,6 +338,7 @@ def run(
     substeps: int = 1,
     repeats: int = 3,
     impl: str = "jax",
+    num_threads: int | None = None,
     device: Any = None,
     variants: Sequence[str] | None = None,
     seed: int = 0,
@@ -343,7 +352,10 @@ def run(
       n_steps: env steps per timed call.
       substeps: solver calls per env step.
       repeats: timed calls per variant and size (the first, compiling call is extra).
-      impl: ``"jax"`` or ``"warp"``.
+      impl: ``"jax"``, ``"warp"`` or ``"c"`` (``"cpp"``) for the runner and env
+        variants (``raw`` runs MJX impl ``"jax"`` beside impl ``"c"``).
+      num_threads: threads of impl ``"c"`` and of the native variants (None: every
+        core this process may use).
       device: None, a ``jax.Device`` or a platform name such as ``"cuda"``.
       variants: names from :data:`VARIANTS` (None: all).
       seed: seeds the controls and the runners.
@@ -354,6 +366,7 @@ def run(
       :func:`mjxrunner.backend_info`), ``host`` (CPU, threads, load average at start
       and end), ``config``, ``model_info``, ``variants`` (name -> label) and
       ``results``: one record per size and variant with ``status``, ``reason``,
+      ``impl`` (what stepped the worlds; where the variant could be built),
       ``steps_per_s`` (median), ``steps_per_s_min``/``_max``, ``spread``
       ((max - min) / median), ``run_s``, ``setup_s``, ``first_call_s``,
       ``compile_s`` (first call minus a steady call), ``ratio_to_raw``,
@@ -372,6 +385,7 @@ def run(
     repeats = checks.count(repeats, "repeats")
     seed = checks.count(seed, "seed", minimum=0)
     impl = backend.check_impl(impl)
+    threads = native_threads() if num_threads is None else checks.count(num_threads, "num_threads")
     names = _check_names(variants)
     dev = backend.resolve_device(device)
     mj_model = load_any(model)
@@ -383,8 +397,9 @@ def run(
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         # Warp capacities scale with num_envs, so the report names only the graph mode.
-        "backend": backend.Backend.make(mj_model, 1, impl, dev).info() | {"capacities": None},
-        "host": _host(),
+        "backend": backend.Backend.make(mj_model, 1, impl, dev, num_threads=threads).info()
+        | {"capacities": None},
+        "host": _host(threads),
         "config": {
             "model": name,
             "num_envs": sizes,
@@ -392,6 +407,7 @@ def run(
             "substeps": substeps,
             "repeats": repeats,
             "impl": impl,
+            "num_threads": threads,
             "device": str(dev),
             "seed": seed,
             "compilation_cache": bool(jax.config.jax_compilation_cache_dir),
@@ -420,6 +436,7 @@ def run(
                 device=dev,
                 seed=seed,
                 actions=random_actions(mj_model, n_steps, size, seed),
+                num_threads=threads,
             )
             bar.set_description(f"{name} x{size}")
             done = bar.n

@@ -125,14 +125,15 @@ def table(report: dict[str, Any]) -> str:
         f"{c['model']}: {c['n_steps']} steps x {c['substeps']} substeps, "
         f"{c['repeats']} repeats, median (spread = (max - min) / median)",
         describe_backend(report["backend"]),
-        f"host: {host['cpu']}, {host['native_threads']} threads for native, "
+        f"host: {host['cpu']}, {host['native_threads']} threads for native"
+        f"{' and impl c' if c.get('impl') == 'c' else ''}, "
         f"load avg {host.get('load_avg_start')} -> {host.get('load_avg_end')}",
         "",
-        f"{'num_envs':>8}  {'variant':<10} {'steps/s':>12} {'spread':>7} "
+        f"{'num_envs':>8}  {'variant':<11} {'impl':<6} {'steps/s':>12} {'spread':>7} "
         f"{'x raw':>6} {'x native':>8} {'compile s':>9} {'peak RSS':>9}",
     ]
     for r in report["results"]:
-        head = f"{r['num_envs']:>8}  {r['variant']:<10}"
+        head = f"{r['num_envs']:>8}  {r['variant']:<11} {r.get('impl') or '-':<6}"
         if r["status"] != "ok":
             lines.append(f"{head} {r['status']}: {r['reason']}")
             continue

@@ -38,11 +38,14 @@ class Workload:
       num_envs: number of worlds.
       n_steps: env steps per timed call.
       substeps: solver calls per env step (each of one ``timestep``).
-      impl: MJX implementation, ``"jax"`` or ``"warp"``.
+      impl: the runner's implementation: ``"jax"`` or ``"warp"`` (MJX), or ``"c"``
+        (MuJoCo's C engine; ``raw`` then runs MJX's impl ``"jax"``).
       device: the JAX device the MJX variants run on.
       seed: seeds the controls and the runner.
       actions: ``(n_steps, num_envs, nu)`` host controls in the MJX float dtype,
         uniform in each actuator's ``ctrlrange`` (``[-1, 1]`` where unlimited).
+      num_threads: threads of impl ``"c"`` and of the native variants (None: every
+        core this process may use).
     """
 
     name: str
@@ -55,6 +58,12 @@ class Workload:
     device: jax.Device
     seed: int
     actions: np.ndarray
+    num_threads: int | None = None
+
+    @property
+    def threads(self) -> int:
+        """Threads of impl ``"c"`` and of ``mujoco.rollout``."""
+        return self.num_threads if self.num_threads is not None else native_threads()
 
 
 class Unavailable(Exception):
@@ -70,11 +79,14 @@ class Trial:
         are ready (``block_until_ready`` or a synchronous native call).
       restore: puts the variant back at the start state, also blocking; untimed.
       close: frees what ``prepare`` built.
+      impl: what steps the worlds, recorded with the result: ``"jax"``, ``"warp"``
+        or ``"c"``, or ``"mujoco"`` for ``mujoco.rollout`` itself.
     """
 
     run: Callable[[], None]
     restore: Callable[[], None] = lambda: None
     close: Callable[[], None] = lambda: None
+    impl: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,13 +105,21 @@ class Variant:
     prepare: Callable[[Workload], Trial]
 
 
+def raw_impl(impl: str) -> str:
+    """The MJX impl of ``raw`` for a runner of ``impl``: itself, or ``"jax"`` for impl
+    ``"c"`` (MJX has no C step: ``raw`` is then the MJX floor impl "c" is weighed
+    against)."""
+    return "jax" if impl == "c" else impl
+
+
 def _batched_start(w: Workload) -> tuple[mjx.Model, mjx.Data]:
-    """Device model and ``num_envs`` copies of the start data, as the runner builds them.
+    """Device model and ``num_envs`` copies of the start data, as the runner builds them
+    (on ``raw``'s impl).
 
     ``vmap`` broadcasts the per-world leaves; MJX-Warp's pooled contact buffers stay
     pooled (MJX declares them unmapped), sized by the runner's default capacities.
     """
-    b = backend.Backend.make(w.mj_model, w.num_envs, w.impl, w.device)
+    b = backend.Backend.make(w.mj_model, w.num_envs, raw_impl(w.impl), w.device)
     model, one = b.put_model(w.mj_model), b.put_data(w.mj_model, w.mj_data)
     data = jax.jit(jax.vmap(lambda _: one))(jnp.arange(w.num_envs))
     return model, jax.block_until_ready(data)
@@ -138,13 +158,23 @@ def _prepare_raw(w: Workload) -> Trial:
     model, data = _batched_start(w)
     actions = jax.device_put(w.actions, w.device)
     rollout = _raw_rollout_warp if w.impl == "warp" else _raw_rollout
-    return Trial(run=lambda: jax.block_until_ready(rollout(model, data, actions, w.substeps)))
+    return Trial(
+        run=lambda: jax.block_until_ready(rollout(model, data, actions, w.substeps)),
+        impl=raw_impl(w.impl),
+    )
+
+
+def _threads(w: Workload) -> dict[str, int]:
+    """The engine's ``num_threads`` option where the impl has threads."""
+    return {"num_threads": w.threads} if w.impl == "c" else {}
 
 
 def _runner(w: Workload) -> Any:
     from mjxrunner.doors.runner import MultiEnvRunner
 
-    return MultiEnvRunner(w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, device=w.device)
+    return MultiEnvRunner(
+        w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, device=w.device, **_threads(w)
+    )
 
 
 def _restorer(runner: Any) -> Callable[[], None]:
@@ -184,7 +214,13 @@ def _prepare_env(w: Workload) -> Trial:
     task = found[0].replace(substeps=w.substeps)
     # "same_step": ended worlds restart inside the step that ended them.
     env = env_.make(
-        task, w.num_envs, autoreset="same_step", impl=w.impl, device=w.device, model=w.mj_model
+        task,
+        w.num_envs,
+        autoreset="same_step",
+        impl=w.impl,
+        device=w.device,
+        model=w.mj_model,
+        **_threads(w),
     )
     key = jax.device_put(jax.random.key(w.seed), w.device)
     start = jax.block_until_ready(jax.jit(env_.reset)(env, key))
@@ -216,21 +252,26 @@ def native_threads() -> int:
     return os.cpu_count() or 1
 
 
+def _native_start(w: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """``(num_envs, nstate)`` full-physics start states, and ``(num_envs, n_steps *
+    substeps, nu)`` float64 controls (each held for its substeps)."""
+    m, spec = w.mj_model, mujoco.mjtState.mjSTATE_FULLPHYSICS
+    state0 = np.empty(mujoco.mj_stateSize(m, spec))
+    mujoco.mj_getState(m, w.mj_data, state0, spec)
+    control = np.repeat(np.asarray(w.actions, np.float64).transpose(1, 0, 2), w.substeps, axis=1)
+    return np.tile(state0, (w.num_envs, 1)), control
+
+
 def _prepare_native(w: Workload) -> Trial:
+    """``mujoco.rollout`` over the whole workload in as few calls as its buffer allows."""
     from mujoco import rollout
 
     m = w.mj_model
-    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
-    state0 = np.empty(mujoco.mj_stateSize(m, spec))
-    mujoco.mj_getState(m, w.mj_data, state0, spec)
-    state0 = np.tile(state0, (w.num_envs, 1))
-    # (num_envs, n_steps * substeps, nu): each control held for its substeps.
-    control = np.repeat(np.asarray(w.actions, np.float64).transpose(1, 0, 2), w.substeps, axis=1)
+    state0, control = _native_start(w)
     total = control.shape[1]
     chunk = max(1, min(total, NATIVE_BUFFER_BYTES // (8 * w.num_envs * state0.shape[1])))
-    threads = native_threads()
-    pool = rollout.Rollout(nthread=threads)
-    datas = [mujoco.MjData(m) for _ in range(threads)]
+    pool = rollout.Rollout(nthread=w.threads)
+    datas = [mujoco.MjData(m) for _ in range(w.threads)]
 
     def run() -> None:
         start = state0
@@ -240,7 +281,32 @@ def _prepare_native(w: Workload) -> Trial:
             )
             start = states[:, -1]
 
-    return Trial(run=run, close=pool.close)
+    return Trial(run=run, close=pool.close, impl="mujoco")
+
+
+def _prepare_native_loop(w: Workload) -> Trial:
+    """``mujoco.rollout`` called once per env step (``nstep=substeps``) from a Python
+    loop: the floor of a loop that comes back to the host every step, as the runner's
+    ``step_loop`` does. Outputs go to buffers made once; the solver's warm start is
+    not carried from call to call (``rollout`` does not return it)."""
+    from mujoco import rollout
+
+    m = w.mj_model
+    state0, control = _native_start(w)
+    control = control.reshape(w.num_envs, w.n_steps, w.substeps, m.nu)
+    steps = [np.ascontiguousarray(control[:, t]) for t in range(w.n_steps)]
+    states = np.empty((w.num_envs, w.substeps, state0.shape[1]))
+    sensors = np.empty((w.num_envs, w.substeps, m.nsensordata))
+    pool = rollout.Rollout(nthread=w.threads)
+    datas = [mujoco.MjData(m) for _ in range(w.threads)]
+
+    def run() -> None:
+        start = state0
+        for u in steps:
+            pool.rollout(m, datas, start, u, state=states, sensordata=sensors)
+            start = states[:, -1].copy()
+
+    return Trial(run=run, close=pool.close, impl="mujoco")
 
 
 def _prepare_sharded(w: Workload) -> Trial:
@@ -249,6 +315,10 @@ def _prepare_sharded(w: Workload) -> Trial:
 
     from mjxrunner.doors.runner import MultiEnvRunner
 
+    if w.impl == "c":
+        raise Unavailable(
+            "impl 'c' splits its worlds over threads (num_threads), not over JAX devices"
+        )
     if "devices" not in inspect.signature(MultiEnvRunner).parameters:
         raise Unavailable("the sharded runner (issue 6) has not landed: no devices= argument")
     devices = jax.devices(w.device.platform)
@@ -271,11 +341,12 @@ def _prepare_sharded(w: Workload) -> Trial:
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Variant(RAW, "jit(vmap(scan(mjx.step)))", _prepare_raw),
+        Variant(RAW, "jit(vmap(scan(mjx.step))), MJX (impl jax beside impl c)", _prepare_raw),
         Variant("rollout", "runner.rollout (fused scan)", _prepare_rollout),
         Variant("env", "scan of env.step (task + autoreset)", _prepare_env),
         Variant("step_loop", "set_actions + step() Python loop", _prepare_step_loop),
-        Variant(NATIVE, "mujoco.rollout, all CPU threads", _prepare_native),
+        Variant(NATIVE, "mujoco.rollout, one call, num_threads", _prepare_native),
+        Variant("native_loop", "mujoco.rollout per step, num_threads", _prepare_native_loop),
         Variant("sharded", "sharded runner", _prepare_sharded),
     )
 }

@@ -20,6 +20,29 @@ if TYPE_CHECKING:
 DEFAULT_MAX_EPISODE_STEPS = 500
 """``run``'s time limit for a scene without a registered task."""
 
+IMPLS = ("jax", "warp", "c", "cpp")
+"""``--impl`` choices; ``"cpp"`` is MJX's spelling of ``"c"``."""
+
+
+def default_impl() -> str:
+    """The command line's impl when ``--impl`` is not given: ``"c"`` (MuJoCo's C
+    engine on the CPU's threads) on a machine with no accelerator, where it is the
+    fast path; ``"jax"`` where JAX has a GPU or TPU. The library API has no default:
+    it is always told."""
+    import jax
+
+    return "c" if jax.default_backend() == "cpu" else "jax"
+
+
+def _impl_and_threads(args: argparse.Namespace, *, threads_need_c: bool) -> tuple[str, int | None]:
+    """``--impl`` (or the machine's default) and ``--num-threads``, checked together."""
+    from mjxrunner.engine import backend
+
+    impl = backend.check_impl(args.impl if args.impl is not None else default_impl())
+    if threads_need_c and args.num_threads is not None and impl != "c":
+        raise ValueError(f"--num-threads is for impl 'c' (its threads); impl is {impl!r}")
+    return impl, args.num_threads
+
 
 def _task(name: str) -> Task | None:
     """The scene's first registered task (by name), or None: MJCF paths have none."""
@@ -59,14 +82,16 @@ def _run(args: argparse.Namespace) -> int:
         video = Path(args.video)
         if video.suffix.lower() not in (".mp4", ".gif") or not video.parent.is_dir():
             raise ValueError(f"--video must be an .mp4 or .gif in an existing folder, got {video}")
+    impl, num_threads = _impl_and_threads(args, threads_need_c=True)
     task = _task(args.model)
     if args.max_episode_steps is not None:
         max_steps = args.max_episode_steps
     else:
         max_steps = task.max_episode_steps if task is not None else DEFAULT_MAX_EPISODE_STEPS
     keyframe = task.keyframe if task is not None else None  # resets return there too
+    threads = {} if num_threads is None else {"num_threads": num_threads}
     runner = MultiEnvRunner(
-        args.model, args.num_envs, impl=args.impl, seed=args.seed, keyframe=keyframe
+        args.model, args.num_envs, impl=impl, seed=args.seed, keyframe=keyframe, **threads
     )
     terminated = _terminated_fn(task, runner.model) if task is not None else None
     rng = np.random.default_rng(args.seed)
@@ -146,13 +171,15 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.host_devices is not None:
         backend.force_host_devices(args.host_devices)  # before JAX starts its backends
+    impl, num_threads = _impl_and_threads(args, threads_need_c=False)
     report = bench.run(
         args.model,
         args.num_envs,
         args.steps,
         substeps=args.substeps,
         repeats=args.repeats,
-        impl=args.impl,
+        impl=impl,
+        num_threads=num_threads,
         device=args.device,
         variants=args.variants,
         seed=args.seed,
@@ -210,6 +237,12 @@ def _positive(text: str) -> int:
     return value
 
 
+IMPL_HELP = (
+    "jax or warp (MJX), or c (also spelled cpp: MuJoCo's C engine under the same "
+    "engine, on the CPU's threads); default: c on a machine with no GPU or TPU, else jax"
+)
+
+
 class _Parser(argparse.ArgumentParser):
     """Bad arguments end in one line on stderr and exit status 2 (no usage dump)."""
 
@@ -227,7 +260,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("model", help="a name from `mjxrunner models` or an MJCF path")
     run.add_argument("--num-envs", type=_positive, default=1024)
     run.add_argument("--steps", type=_positive, default=1000)
-    run.add_argument("--impl", choices=("jax", "warp"), default="jax")
+    run.add_argument("--impl", choices=IMPLS, help=IMPL_HELP)
+    run.add_argument(
+        "--num-threads",
+        type=_positive,
+        metavar="N",
+        help="impl c: threads that step the worlds (default: every core)",
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument(
         "--max-episode-steps",
@@ -243,10 +282,12 @@ def parser() -> argparse.ArgumentParser:
     bench = sub.add_parser(
         "bench",
         help="throughput: the runner against raw MJX and native MuJoCo",
-        description="Times one workload several ways (raw jit(vmap(scan(mjx.step))), the "
-        "runner's rollout and step loop, native mujoco.rollout on all CPU threads, "
-        "sharded) at each batch size: compile time apart, steady-state median of "
-        "--repeats calls, ratios to raw and to native.",
+        description="Times one workload several ways (raw jit(vmap(scan(mjx.step))) on MJX, "
+        "the runner's rollout and step loop and the env on --impl, native mujoco.rollout "
+        "on --num-threads threads in one call and once per step, sharded) at each batch "
+        "size: compile time apart, steady-state median of --repeats calls, ratios to raw "
+        "and to native. With --impl c, raw runs MJX impl jax beside it and native is "
+        "its floor: the same C engine on as many threads.",
     )
     bench.add_argument("model", help="a name from `mjxrunner models` or an MJCF path")
     bench.add_argument(
@@ -260,7 +301,13 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--steps", type=_positive, default=200, help="env steps per timed call")
     bench.add_argument("--substeps", type=_positive, default=1, help="solver calls per step")
     bench.add_argument("--repeats", type=_positive, default=3, help="timed calls per case")
-    bench.add_argument("--impl", choices=("jax", "warp"), default="jax")
+    bench.add_argument("--impl", choices=IMPLS, help=IMPL_HELP)
+    bench.add_argument(
+        "--num-threads",
+        type=_positive,
+        metavar="N",
+        help="threads of impl c and of the native mujoco.rollout floor (default: every core)",
+    )
     bench.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: JAX's default)")
     bench.add_argument(
         "--host-devices",
