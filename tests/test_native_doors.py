@@ -28,10 +28,20 @@ import mujoco
 import numpy as np
 import pytest
 import test_gym
+import torch
 from gymnasium.vector import AutoresetMode
+from rsl_rl.env import VecEnv
+from skrl.envs.wrappers.torch import wrap_env
+from test_hostile import assert_same, refused
+from test_hostile_doors import snapshot
 
+from mjxrunner import MultiEnvRunner
+from mjxrunner.doors.brax import BraxEnv
 from mjxrunner.doors.gym import MjxVectorEnv
+from mjxrunner.doors.rsl_rl import RslRlVecEnv
+from mjxrunner.doors.torch import TorchVecEnv
 from mjxrunner.engine import native
+from mjxrunner.engine.params import Term
 from mjxrunner.rl import env as E
 
 INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
@@ -224,14 +234,10 @@ def assert_same_step(reference, t, obs, reward, terminated, truncated, data=None
 
 @pytest.fixture(scope="module")
 def torch_door():
-    from mjxrunner.doors.torch import TorchVecEnv
-
     return TorchVecEnv(TASK, N, seed=3, impl="c")
 
 
 def test_torch_door_gives_the_functional_envs_numbers(torch_door, reference):
-    import torch
-
     door = torch_door
     assert door.env.impl == "c"
     obs, _ = door.reset(seed=3)
@@ -253,10 +259,6 @@ def test_torch_door_gives_the_functional_envs_numbers(torch_door, reference):
 
 
 def test_torch_door_refuses_bad_actions_and_changes_nothing(torch_door):
-    import torch
-    from test_hostile import assert_same
-    from test_hostile_doors import snapshot
-
     door = torch_door
     door.reset(seed=0)
     before = snapshot(door.state, door.env)
@@ -281,11 +283,6 @@ def test_torch_door_refuses_bad_actions_and_changes_nothing(torch_door):
 
 
 def test_rsl_rl_vec_env_on_c(reference):
-    import torch
-    from rsl_rl.env import VecEnv
-
-    from mjxrunner.doors.rsl_rl import RslRlVecEnv
-
     vec = RslRlVecEnv(TASK, N, seed=3, impl="c")
     assert isinstance(vec, VecEnv) and vec.env.env.impl == "c"
     np.testing.assert_array_equal(vec.get_observations()["policy"].numpy(), reference[0].obs)
@@ -304,11 +301,6 @@ def test_rsl_rl_vec_env_on_c(reference):
 
 
 def test_skrl_wraps_the_torch_door_on_c(reference):
-    import torch
-    from skrl.envs.wrappers.torch import wrap_env
-
-    from mjxrunner.doors.torch import TorchVecEnv
-
     door = TorchVecEnv(TASK, N, impl="c")
     env = wrap_env(door, wrapper="isaaclab", verbose=False)
     assert env.num_envs == N and env.observation_space.shape == (5,)
@@ -324,8 +316,6 @@ def test_brax_env_runs_on_c_under_jit_vmap_and_pmap(reference):
     """Brax's own tracing takes impl "c": the step is a host callback with a batching
     rule, which ``jit``, ``vmap`` and ``pmap`` (how Brax's trainers call an env)
     all keep; each world's physics is the reference's, bit for bit."""
-    from mjxrunner.doors.brax import BraxEnv
-
     env = BraxEnv(TASK, impl="c")
     assert env.backend == "mjx-c"
     keys = jax.random.key_data(jax.random.split(jax.random.key(3), N))
@@ -454,8 +444,6 @@ def test_env_over_groups_steps_each_group_on_its_own_model():
 
 
 def test_group_runner_steps_each_group_on_its_own_model():
-    from mjxrunner import MultiEnvRunner
-
     r = MultiEnvRunner.from_groups(GROUPS, impl="c", seed=2)
     assert r.impl == "c" and r.num_groups == 2
     natives = Natives([m for m, (_, n) in zip(r.mj_models, GROUPS, strict=True) for _ in range(n)])
@@ -480,8 +468,6 @@ def puck():
     impl "c", with its masses and the puck's friction drawn per world on every
     restart and every 5 steps."""
     import test_locomotion as loco
-
-    from mjxrunner.engine.params import Term
 
     m = loco.build_scene()
     puck_geom = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "puck")
@@ -568,3 +554,220 @@ def test_the_curriculum_moves_levels_by_the_rule_on_c(puck):
     heights = loco.TILES.surface_height(np.asarray(after.runner.data.qpos)[:, :2])
     np.testing.assert_allclose(np.asarray(after.runner.data.qpos)[:, 2], heights, atol=5e-3)
     assert np.asarray(after.runner.data._impl.ncon).sum() > 0  # MuJoCo's contacts
+
+
+# --- restart slots, reset pools, normalization, checkpoints --------------------------------
+
+
+def env_actions(t: int) -> np.ndarray:
+    u = 0.9 * np.sin(0.5 * t + np.arange(N))[:, None].astype(np.float32)
+    if t == 9:
+        u[1] = np.nan  # the non-finite-action guard: world 1 truncated and restarted
+    return u
+
+
+@pytest.fixture(scope="module")
+def c_envs():
+    plain = E.make(TASK, N, autoreset="same_step", impl="c", normalize_obs=True)
+    mass = np.asarray(plain.model.tree.body_mass) * np.linspace(0.5, 2.0, N)[:, None]
+    varied = plain.with_param("body_mass", mass.astype(np.float32))  # per world
+    varied = varied.with_randomization([Term("dof_damping", 0.5, 2.0)], every_n_steps=4)
+    pooled = E.make(TASK, N, autoreset="same_step", impl="c", reset_pool=6, restart_slots=1)
+    return {"varied": varied, "pooled": pooled}
+
+
+def run_env(env, steps: int, key: int = 3) -> list:
+    states = [E.jit_reset(env, jax.random.key(key))]
+    for t in range(steps):
+        states.append(E.jit_step(env, states[-1], env_actions(t)))
+    return states
+
+
+def assert_bit_identical(a, b) -> None:
+    """Every leaf equal bit for bit (a loaded model steps on a host of its own, so
+    the models' static parts differ: leaves are compared, not structures)."""
+    for (path, x), y in zip(
+        jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b), strict=True
+    ):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), jax.tree_util.keystr(path)
+
+
+def test_restart_slots_and_a_reset_pool_follow_native_physics(c_envs):
+    """A reset pool with one restart slot: every world restarts from one of the
+    pool's starts, three at once at the time limit in three passes, the same as with
+    every world in one pass; between restarts the physics is native ``mj_step``."""
+    pooled = c_envs["pooled"]
+    assert pooled.pool_size == 6 and pooled.restart_slots == 1
+    pool = effective(pooled.model.tree, pooled.pool)
+    pool_qpos = np.asarray(pooled.pool.qpos)
+    natives = Natives([pooled.host.mj_model] * N)
+    states = run_env(pooled, 30)
+    natives.sync(effective(pooled.model.tree, states[0].runner.data), range(N))
+    compared = restarts = 0
+    for t, state in enumerate(states[1:]):
+        natives.step(np.asarray(state.runner.data.ctrl), TASK.substeps)
+        compared += follow(natives, pooled.model.tree, state)
+        fresh = np.flatnonzero(np.asarray(state.episode_length) == 0)
+        for i in fresh:  # a start of the pool, exact state included
+            row = [j for j in range(6) if np.array_equal(state.runner.data.qpos[i], pool_qpos[j])]
+            assert row, (t, i)
+            got = effective(pooled.model.tree, state.runner.data)[i]
+            assert any(np.array_equal(got, pool[j]) for j in row)
+        restarts += len(fresh)
+    assert restarts >= N and compared > 90
+    # the time limit: three at once (world 1 restarted after its NaN action)
+    np.testing.assert_array_equal(states[25].final_mask, [True, False, True, True])
+    one_pass = pooled.replace(restart_slots=N)
+    assert_bit_identical(run_env(one_pass, 30)[-1], states[-1])
+
+
+@pytest.mark.parametrize("which", ["varied", "pooled"])
+def test_env_checkpoint_continues_bit_for_bit(c_envs, which, tmp_path):
+    """Saved mid-run and loaded, an env on impl "c" continues its run bit for bit
+    (the exact float64 states included), through the guard's and the time limit's
+    restarts, with per-world masses, redrawn damping and observation statistics
+    (``varied``), or a reset pool drawn a restart slot at a time (``pooled``)."""
+    env = c_envs[which]
+    states = run_env(env, 7)
+    E.save(tmp_path / "env.ckpt", env, states[-1])
+    loaded, again = E.load(tmp_path / "env.ckpt", task=TASK)
+    assert loaded.impl == "c" and loaded.pool_size == env.pool_size
+    assert_bit_identical((env.model, env.pool, states[-1]), (loaded.model, loaded.pool, again))
+    a = states[-1]
+    for t in range(7, 30):  # the NaN at 9, the time limit at 25
+        a = E.jit_step(env, a, env_actions(t))
+        again = E.jit_step(loaded, again, env_actions(t))
+    assert int(a.stats.completed.sum()) >= N
+    np.testing.assert_array_equal(exact(again.runner.data), exact(a.runner.data))
+    assert_bit_identical(again, a)
+    if which == "varied":
+        assert again.model.tree.dof_damping.shape == (N, 2)  # redrawn per world
+        assert len({tuple(x) for x in np.asarray(again.model.tree.body_mass)}) == N
+
+
+def test_normalized_observations_follow_their_statistics(c_envs):
+    """``normalize_obs`` on impl "c": the statistics hold every observation returned
+    (one per world and step), and each is scaled by them."""
+    env = c_envs["varied"]
+    states = run_env(env, 12)
+    observe = jax.vmap(TASK.observation, in_axes=(None, 0))
+    raw = [np.asarray(observe(None, s.runner.data)) for s in states]
+    everything = np.concatenate(raw)
+    norm = states[-1].obs_norm
+    assert float(norm.count) == everything.shape[0]
+    np.testing.assert_allclose(norm.mean, everything.mean(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(norm.var, everything.var(axis=0), rtol=1e-3, atol=1e-6)
+    scaled = (raw[-1] - norm.mean) / np.sqrt(norm.var + 1e-8)
+    np.testing.assert_allclose(states[-1].obs, scaled, rtol=1e-3, atol=1e-4)
+
+
+# --- pixels ---------------------------------------------------------------------------------
+
+
+def test_a_pixel_task_on_c_is_refused_naming_impl_warp():
+    """MJX renders pixel observations with MuJoCo Warp only: every way of making a
+    pixel task on impl "c" refuses it, naming both impls, before any work."""
+
+    pixel = "cartpole_balance_pixels"
+    makers = [
+        lambda: E.make(pixel, 2, impl="c"),
+        lambda: E.make(pixel, 2, impl="cpp"),
+        lambda: E.make(pixel, 2, impl="c", groups=[("cartpole", 1), ("cartpole", 1)]),
+        lambda: MjxVectorEnv(pixel, 2, impl="c"),
+        lambda: TorchVecEnv(pixel, 2, impl="c"),
+        lambda: BraxEnv(pixel, impl="c"),
+        lambda: gymnasium.make_vec(
+            "mjxrunner/CartpoleBalancePixels-v0",
+            num_envs=2,
+            vectorization_mode="vector_entry_point",
+            impl="c",
+        ),
+    ]
+    for make in makers:
+        with pytest.raises(ValueError, match=r"observes pixels.*impl 'c'.*impl='warp'"):
+            make()
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+def refusal(call):
+    """``(type, message)`` of the ValueError/TypeError ``call`` raises (None if none)."""
+    try:
+        call()
+    except (ValueError, TypeError) as e:
+        return type(e), str(e)
+    return None
+
+
+def test_the_runner_on_c_refuses_bad_input_as_on_jax(slider3):
+    """Each bad call is refused on impl "c" with the error impl "jax" gives, naming
+    its argument, and leaves every buffer of the runner as it was."""
+
+    runners = {impl: MultiEnvRunner(slider3, N, impl=impl, seed=1) for impl in ("c", "jax")}
+    r = runners["c"]
+    r.set_actions(np.full((N, 3), 0.2, np.float32))
+    r.step()  # a state of its own to keep
+    nu = 3
+    bad = [
+        ("actions", lambda r: r.set_actions(np.zeros((N, 2), np.float32))),
+        ("actions", lambda r: r.set_actions(np.zeros((N, nu), bool))),
+        ("actions", lambda r: r.set_actions(np.zeros((N, nu), np.complex64))),
+        ("actions", lambda r: r.set_actions(np.full((N, nu), np.nan, np.float32))),
+        ("actions", lambda r: r.set_actions(np.full((N, nu), np.inf))),
+        ("actions", lambda r: r.set_actions("fast")),
+        ("env_ids", lambda r: r.set_actions(np.zeros((2, nu)), env_ids=[0, 0])),
+        ("env_ids", lambda r: r.set_actions(np.zeros((1, nu)), env_ids=[N])),
+        ("mask", lambda r: r.reset(np.ones(N, int))),
+        ("mask", lambda r: r.reset(np.ones(N + 2, bool))),
+        ("mask", lambda r: r.reset(np.ones((N, 1), bool))),
+        ("env_ids", lambda r: r.reset_envs([N])),
+        ("env_ids", lambda r: r.reset_envs([-1])),
+        ("env_ids", lambda r: r.reset_envs([0.5])),
+        ("env_ids", lambda r: r.reset_envs(True)),
+        ("dt", lambda r: r.step(dt=-0.01)),
+        ("dt", lambda r: r.step(dt=np.nan)),
+        ("substeps", lambda r: r.step(substeps=0)),
+        ("values", lambda r: r.set_param("body_mass", np.full(4, -1.0))),
+        ("values", lambda r: r.set_param("geom_friction", np.zeros((2, 3)))),
+        ("env_ids", lambda r: r.set_param("body_mass", np.ones(4), env_ids=[7])),
+    ]
+    for name, call in bad:
+        assert not refused(r, lambda call=call: call(r), name), name
+        assert refusal(lambda call=call: call(r)) == refusal(
+            lambda call=call: call(runners["jax"])
+        ), name
+    r.step()  # and it steps on
+
+
+def test_the_env_and_the_gymnasium_door_on_c_refuse_bad_input(gyms):
+    """The functional env's and the Gymnasium door's checks hold on impl "c": bad
+    actions, NaN actions, bad reset masks and seeds are refused, nothing changes."""
+
+    v = gyms[AutoresetMode.NEXT_STEP]
+    v.reset(seed=1)
+    v.step(np.zeros((N, 1), np.float32))
+    env, state = v.env, v.state
+    before = snapshot(v.state, v.env)
+    bad_calls = [
+        (ValueError, "shape", lambda: v.step(np.zeros((N, 2)))),
+        (ValueError, "finite", lambda: v.step(np.full((N, 1), np.nan))),
+        (TypeError, "real numbers", lambda: v.step(np.zeros((N, 1), bool))),
+        (TypeError, "numpy array", lambda: v.reset(options={"reset_mask": [True] * N})),
+        (TypeError, "dtype bool", lambda: v.reset(options={"reset_mask": np.ones(N, int)})),
+        (ValueError, "shape", lambda: v.reset(options={"reset_mask": np.ones(N + 1, bool)})),
+        (ValueError, "at least one", lambda: v.reset(options={"reset_mask": np.zeros(N, bool)})),
+        (ValueError, "unknown reset options", lambda: v.reset(options={"level": 3})),
+        (ValueError, "seed", lambda: v.reset(seed=-1)),
+        (ValueError, "action must have shape", lambda: E.step(env, state, np.zeros((N, 2)))),
+        (TypeError, "real numbers", lambda: E.step(env, state, np.zeros((N, 1), bool))),
+        (ValueError, "mask must be bool", lambda: E.reset_worlds(env, state, np.ones(N, int))),
+        (ValueError, "mask must be bool", lambda: E.reset_worlds(env, state, np.ones(2, bool))),
+        (ValueError, "env_ids", lambda: env.with_param("body_mass", np.ones(3), env_ids=[N])),
+        (ValueError, r"impl must be", lambda: E.make(TASK, N, impl="C")),
+    ]
+    for error, message, call in bad_calls:
+        with pytest.raises(error, match=message):
+            call()
+        assert_same(before, snapshot(v.state, v.env))
