@@ -433,7 +433,7 @@ def randomize(
         drawn[term.path] = drawn.get(term.path, base).at[where].set(value)
     fresh = model.tree_replace(drawn)
     changed = set(drawn)
-    if changed & MASS_FIELDS:
+    if changed & MASS_FIELDS and not native.is_native(fresh):  # impl "c": MuJoCo derives them
         if ref is None:
             raise ValueError("terms on masses need ref (a params.Reference) to rebuild constants")
         fresh = recompute_derived(fresh, ref)
