@@ -518,15 +518,15 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         jax.ShapeDtypeStruct((n, total), floats),
         jax.ShapeDtypeStruct((n, 2), jnp.int32),
     )
-    bits, packed, flags = jax.pure_callback(
-        functools.partial(host.run, call),
-        shapes,
-        data._impl.state,
-        seen,
-        pack(shared, (1,)),
-        pack(per_world, (n,)),
-        vmap_method="sequential",
-    )
+    operands = (data._impl.state, seen, pack(shared, (1,)), pack(per_world, (n,)))
+    from mjxrunner.engine import native_ffi  # the C++ handler of the same call
+
+    if native_ffi.serves(host):
+        bits, packed, flags = native_ffi.call(host, call, shapes, *operands)
+    else:
+        bits, packed, flags = jax.pure_callback(
+            functools.partial(host.run, call), shapes, *operands, vmap_method="sequential"
+        )
     updates, impl, offset = {}, {}, 0
     for name, size in (*host.fields, *outputs):
         target = impl if name in IMPL_FIELDS else updates
