@@ -130,6 +130,8 @@ DIVERGENCE = (
     mujoco.mjtWarning.mjWARN_BADQVEL.value,
 )
 
+DIVERGED_MARK = 1 << 30
+
 ALIASES = {"c": "c", "cpp": "c"}
 
 # Model fields whose change alters what mj_setConst derives (subtree masses,
@@ -425,7 +427,12 @@ class _Sim:
         )
         if moved.any():
             b.set_const(np.flatnonzero(moved).astype(np.int32))
+        # MuJoCo's reset of a diverging world clears the counts before counting it,
+        # so a world that diverged before ends at 1 again: a nonzero count is set to
+        # DIVERGED_MARK for the call, any other count after it is a divergence.
         before = b.warning[:, DIVERGENCE, 1].copy()
+        marked = np.where(before != 0, DIVERGED_MARK, 0)
+        b.warning[:, DIVERGENCE, 1] = marked
         if call.how == "step":
             b.step(nstep=call.nstep)
         else:
@@ -434,7 +441,10 @@ class _Sim:
             b.forward(stage=stage)
         flags = np.empty((n, 2), np.int32)
         flags[:, 0] = self.ncon
-        flags[:, 1] = np.any(b.warning[:, DIVERGENCE, 1] != before, axis=1)
+        after = b.warning[:, DIVERGENCE, 1]
+        flags[:, 1] = np.any(after != marked, axis=1)
+        kept = (before != 0) & (after >= DIVERGED_MARK)  # the counts MuJoCo would hold
+        b.warning[:, DIVERGENCE, 1] = np.where(kept, before + (after - DIVERGED_MARK), after)
         new = b.state
         parts = [new] + [self.out[name].reshape(n, -1) for name, _ in call.outputs]
         packed = np.concatenate(parts, axis=1, dtype=dtype)
