@@ -330,6 +330,10 @@ class Host:
 
     def run(self, call: "Call", state, seen, shared, per_world):
         """The host function of a call; see :func:`_run` for the operands."""
+        # The callback may be handed jax Arrays: an operation on one would dispatch a
+        # computation from inside the running one (slow, and it can wait forever on
+        # XLA's limit of computations in flight). NumPy views of them do not.
+        state, seen, shared, per_world = (np.asarray(x) for x in (state, seen, shared, per_world))
         n = state.shape[0]
         with self._lock:
             return self.sim(n).run(call, state, seen, shared, per_world)
