@@ -13,7 +13,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import checks, cpu_fusion, cpu_linalg, native
+from mjxrunner.engine import checks, cpu_fusion, cpu_linalg, native, native_ffi
 from mjxrunner.engine.errors import CapacityOverflowError, CapacityWarning  # noqa: F401 - public here
 
 IMPLS = ("jax", "warp", "c")
@@ -297,6 +297,9 @@ class Backend:
         if self.impl == "c":
             info["num_threads"] = self.num_threads
             info["contacts"] = native.LAYOUT_NOTE
+            # How each step reaches MuJoCo: the C++ FFI handler, or jax.pure_callback
+            # where it could not be built (see mjxrunner.engine.native_ffi).
+            info["host_call"] = native_ffi.host_call()
         return info
 
     def describe_overflow(self, bits: np.ndarray) -> str:

@@ -130,6 +130,8 @@ DIVERGENCE = (
     mujoco.mjtWarning.mjWARN_BADQVEL.value,
 )
 
+DIVERGED_MARK = 1 << 30
+
 ALIASES = {"c": "c", "cpp": "c"}
 
 # Model fields whose change alters what mj_setConst derives (subtree masses,
@@ -328,6 +330,10 @@ class Host:
 
     def run(self, call: "Call", state, seen, shared, per_world):
         """The host function of a call; see :func:`_run` for the operands."""
+        # The callback may be handed jax Arrays: an operation on one would dispatch a
+        # computation from inside the running one (slow, and it can wait forever on
+        # XLA's limit of computations in flight). NumPy views of them do not.
+        state, seen, shared, per_world = (np.asarray(x) for x in (state, seen, shared, per_world))
         n = state.shape[0]
         with self._lock:
             return self.sim(n).run(call, state, seen, shared, per_world)
@@ -425,7 +431,12 @@ class _Sim:
         )
         if moved.any():
             b.set_const(np.flatnonzero(moved).astype(np.int32))
+        # MuJoCo's reset of a diverging world clears the counts before counting it,
+        # so a world that diverged before ends at 1 again: a nonzero count is set to
+        # DIVERGED_MARK for the call, any other count after it is a divergence.
         before = b.warning[:, DIVERGENCE, 1].copy()
+        marked = np.where(before != 0, DIVERGED_MARK, 0)
+        b.warning[:, DIVERGENCE, 1] = marked
         if call.how == "step":
             b.step(nstep=call.nstep)
         else:
@@ -434,7 +445,10 @@ class _Sim:
             b.forward(stage=stage)
         flags = np.empty((n, 2), np.int32)
         flags[:, 0] = self.ncon
-        flags[:, 1] = np.any(b.warning[:, DIVERGENCE, 1] != before, axis=1)
+        after = b.warning[:, DIVERGENCE, 1]
+        flags[:, 1] = np.any(after != marked, axis=1)
+        kept = (before != 0) & (after >= DIVERGED_MARK)  # the counts MuJoCo would hold
+        b.warning[:, DIVERGENCE, 1] = np.where(kept, before + (after - DIVERGED_MARK), after)
         new = b.state
         parts = [new] + [self.out[name].reshape(n, -1) for name, _ in call.outputs]
         packed = np.concatenate(parts, axis=1, dtype=dtype)
@@ -518,15 +532,15 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         jax.ShapeDtypeStruct((n, total), floats),
         jax.ShapeDtypeStruct((n, 2), jnp.int32),
     )
-    bits, packed, flags = jax.pure_callback(
-        functools.partial(host.run, call),
-        shapes,
-        data._impl.state,
-        seen,
-        pack(shared, (1,)),
-        pack(per_world, (n,)),
-        vmap_method="sequential",
-    )
+    operands = (data._impl.state, seen, pack(shared, (1,)), pack(per_world, (n,)))
+    from mjxrunner.engine import native_ffi  # the C++ handler of the same call
+
+    if native_ffi.serves(host):
+        bits, packed, flags = native_ffi.call(host, call, shapes, *operands)
+    else:
+        bits, packed, flags = jax.pure_callback(
+            functools.partial(host.run, call), shapes, *operands, vmap_method="sequential"
+        )
     updates, impl, offset = {}, {}, 0
     for name, size in (*host.fields, *outputs):
         target = impl if name in IMPL_FIELDS else updates

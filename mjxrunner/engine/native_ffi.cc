@@ -1,0 +1,641 @@
+// Impl "c"'s host call as an XLA FFI handler: what native._Sim.run does, in C.
+//
+// XLA hands the handler its operands and results in place (no copies), and the
+// packing that _Sim.run does in NumPy (the dirty check of the state, the rounding
+// of the state and the derived fields to the data's float type) runs here.
+//
+// Operands: state (n, nstate, 2) u32, the bits of each world's float64
+// mjSTATE_INTEGRATION row; seen (n, nstate) float, the state fields as the data
+// holds them; shared (1, P) and per_world (n, Q) float, model fields.
+// Results: bits (n, nstate, 2) u32; packed (n, nstate + outputs) float, the new
+// state rounded to the data's float type followed by the derived fields; flags
+// (n, 2) s32: contacts, and whether MuJoCo reset the world because it diverged.
+//
+// The rules are those of native.py: a state value that differs from the float
+// rounding of the exact one was written by someone and is taken; a model field
+// equal to the rounding of the host model's value keeps the exact value, another
+// is written into the batch's per-simulation copy (mjb_expand), and a field once
+// expanded is written at every later call.
+//
+// Each world runs through mjb_apply on the batch's threads: the batch loads the
+// world's state row (and its model, with its expanded fields) into a thread's
+// mjData, the function below runs mj_step (nstep times), mj_forward or
+// mj_fwdPosition, which is what mjb_step, mjb_forward(mjSTAGE_ACC) and
+// mjb_forward(mjSTAGE_POS) run, and writes the world's derived fields straight
+// into XLA's result, rounded, on the same thread; the batch saves the row. Bound
+// outputs (mjb_output) would copy every derived field once more, single-file.
+//
+// One mjBatch per (host, n), made at first use; a host is registered by Python
+// (mjxr_register) and released when its Python object goes (mjxr_release).
+
+#include <mujoco/mjbatch.h>
+#include <mujoco/mjxmacro.h>
+#include <mujoco/mujoco.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <xmmintrin.h>
+#define MJXR_HAVE_MXCSR 1
+#endif
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+#define MJXR_EXPORT __attribute__((visibility("default")))
+
+extern "C" MJXR_EXPORT XLA_FFI_Error* MjxrHostCall(XLA_FFI_CallFrame* call_frame);
+
+namespace {
+
+constexpr int kDivergence[] = {mjWARN_BADQACC, mjWARN_BADQPOS, mjWARN_BADQVEL};
+
+// The exact values of a host model field, as float64 (MuJoCo keeps a few model
+// fields as float; their values widen exactly). False if there is no such field.
+template <typename T>
+void Widen(const T* p, long n, std::vector<double>* out) {
+  out->assign(n, 0.0);
+  for (long i = 0; i < n; ++i) (*out)[i] = static_cast<double>(p[i]);
+}
+
+bool ModelField(const mjModel* m, std::string_view path, std::vector<double>* out) {
+  if (path.substr(0, 4) == "opt.") {
+    std::string_view name = path.substr(4);
+#define X(type, nm, n)                   \
+  if (name == #nm) {                     \
+    Widen<type>(&m->opt.nm, (n), out);   \
+    return true;                         \
+  }
+#define XVEC(type, nm, n)                \
+  if (name == #nm) {                     \
+    Widen<type>(m->opt.nm, (n), out);    \
+    return true;                         \
+  }
+    MJOPTION_FIELDS
+#undef X
+#undef XVEC
+    return false;
+  }
+  MJMODEL_POINTERS_PREAMBLE(m)
+#define X(type, nm, nr, nc)                                             \
+  if (path == #nm) {                                                    \
+    Widen<type>(m->nm, static_cast<long>(m->nr) * (nc), out);           \
+    return true;                                                        \
+  }
+#define XNV X
+  MJMODEL_POINTERS
+#undef X
+#undef XNV
+  return false;
+}
+
+// "name:size,name:size" as pairs.
+bool ParseList(std::string_view text, std::vector<std::pair<std::string, long>>* out) {
+  out->clear();
+  while (!text.empty()) {
+    size_t end = text.find(',');
+    std::string_view item = text.substr(0, end);
+    size_t colon = item.rfind(':');
+    if (colon == std::string_view::npos) return false;
+    long size = 0;
+    for (char c : item.substr(colon + 1)) {
+      if (c < '0' || c > '9') return false;
+      size = size * 10 + (c - '0');
+    }
+    out->emplace_back(std::string(item.substr(0, colon)), size);
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return true;
+}
+
+// An mjData array of mjtNum, as a member pointer: the same field of every mjData.
+struct DataField {
+  mjtNum* mjData::*member;
+  long size;
+};
+
+template <typename T>
+bool Member(T* mjData::*, long, DataField*) {
+  return false;  // not an array of mjtNum
+}
+
+bool Member(mjtNum* mjData::*member, long size, DataField* out) {
+  *out = DataField{member, size};
+  return true;
+}
+
+bool DataMember(const mjModel* m, std::string_view name, DataField* out) {
+#define X(type, nm, nr, nc) \
+  if (name == #nm) return Member(&mjData::nm, static_cast<long>(m->nr) * (nc), out);
+#define XNV X
+  MJDATA_POINTERS
+#undef XNV
+#undef X
+  return false;
+}
+
+struct Param {
+  std::string path;
+  long size;
+  long offset;
+  const std::vector<double>* exact;
+  bool setconst;  // mj_setConst reads it: a world given new values is set up again
+};
+
+enum How { kStep, kForward, kPosition };
+
+// A call's static description, resolved against one batch.
+struct Plan {
+  How how;
+  std::vector<DataField> outputs;
+  long width;  // nstate + sum of output sizes
+  std::vector<Param> shared, per_world;
+  long nshared, nper_world;
+};
+
+// MuJoCo resets a diverging world and counts the warning (BADQACC, BADQPOS,
+// BADQVEL); the reset clears the counts first, so a world that diverged before
+// ends at the same count, 1. A nonzero count is therefore set to kSentinel for
+// the call (a zero one stays: MuJoCo prints a warning the first time), any other
+// count after the call is a divergence, and the count MuJoCo would hold is put
+// back.
+constexpr int kSentinel = 1 << 30;
+
+struct Divergence {
+  int before[3];
+
+  void Start(mjWarningStat* w) {
+    for (int k = 0; k < 3; ++k) {
+      int& number = w[kDivergence[k]].number;
+      before[k] = number;
+      if (number) number = kSentinel;
+    }
+  }
+
+  int Finish(mjWarningStat* w) const {
+    int diverged = 0;
+    for (int k = 0; k < 3; ++k) {
+      int& number = w[kDivergence[k]].number;
+      if (number != (before[k] ? kSentinel : 0)) diverged = 1;
+      if (before[k] && number >= kSentinel) number = before[k] + (number - kSentinel);
+    }
+    return diverged;
+  }
+};
+
+template <typename T>
+struct CallArgs {
+  const Plan* plan;
+  int nstep;
+  int nstate;
+  T* packed;
+  int32_t* flags;
+};
+
+// One world's call, on one of the batch's threads.
+template <typename T>
+void RunOne(const mjModel* m, mjData* d, int sim, void* arg) {
+  const CallArgs<T>& a = *static_cast<const CallArgs<T>*>(arg);
+  const Plan& plan = *a.plan;
+  Divergence divergence;
+  divergence.Start(d->warning);
+  if (plan.how == kStep) {
+    for (int i = 0; i < a.nstep; ++i) mj_step(m, d);
+  } else if (plan.how == kForward) {
+    mj_forward(m, d);
+  } else {
+    mj_fwdPosition(m, d);
+  }
+  a.flags[2 * sim] = d->ncon;
+  a.flags[2 * sim + 1] = divergence.Finish(d->warning);
+  T* out = a.packed + sim * plan.width + a.nstate;
+  for (const DataField& f : plan.outputs) {
+    const mjtNum* src = d->*f.member;
+    for (long j = 0; j < f.size; ++j) out[j] = static_cast<T>(src[j]);
+    out += f.size;
+  }
+}
+
+struct Sim {
+  std::mutex mu;
+  mjBatch* batch = nullptr;
+  int n = 0, nstate = 0;
+  const mjModel* host = nullptr;
+  std::map<std::string, std::vector<double>> base;  // host model values by path
+  std::set<std::string> expanded;
+  std::map<std::string, std::vector<double>> last;  // setconst inputs as last written
+  std::vector<char> moved;                           // (n,) worlds to set up again
+  std::vector<int> ids;
+  std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
+
+  ~Sim() {
+    if (batch) mjb_deleteBatch(batch);
+  }
+
+  bool Params(std::string_view text, const std::set<std::string>& setconst,
+              std::vector<Param>* params, long* total, std::string* error) {
+    std::vector<std::pair<std::string, long>> items;
+    if (!ParseList(text, &items)) {
+      *error = "impl 'c': a malformed list of model fields";
+      return false;
+    }
+    *total = 0;
+    for (auto& [path, size] : items) {
+      auto it = base.find(path);
+      if (it == base.end()) {
+        std::vector<double> exact;
+        if (!ModelField(host, path, &exact)) {
+          *error = "impl 'c': the host model has no float field " + path;
+          return false;
+        }
+        it = base.emplace(path, std::move(exact)).first;
+      }
+      if (static_cast<long>(it->second.size()) != size) {
+        *error = "impl 'c': model field " + path + " has " + std::to_string(it->second.size()) +
+                 " values in the host model, " + std::to_string(size) + " in the call";
+        return false;
+      }
+      params->push_back(Param{path, size, *total, &it->second, setconst.count(path) > 0});
+      *total += size;
+    }
+    return true;
+  }
+
+  const Plan* Resolve(std::string_view how, std::string_view outs, std::string_view shared,
+                      std::string_view per_world, std::string_view setconst_fields,
+                      std::string* error) {
+    std::string key;
+    key.append(how).append("|").append(outs).append("|").append(shared).append("|");
+    key.append(per_world).append("|").append(setconst_fields);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second.get();
+    auto plan = std::make_unique<Plan>();
+    if (how == "step") {
+      plan->how = kStep;
+    } else if (how == "forward") {
+      plan->how = kForward;
+    } else if (how == "position") {
+      plan->how = kPosition;
+    } else {
+      *error = "impl 'c': unknown call " + std::string(how);
+      return nullptr;
+    }
+    std::vector<std::pair<std::string, long>> items;
+    if (!ParseList(outs, &items)) {
+      *error = "impl 'c': a malformed list of outputs";
+      return nullptr;
+    }
+    plan->width = nstate;
+    for (auto& [name, size] : items) {
+      DataField field;
+      if (!DataMember(host, name, &field)) {
+        *error = "impl 'c': " + name + " is not an mjData array of mjtNum";
+        return nullptr;
+      }
+      if (field.size != size) {
+        *error = "impl 'c': output " + name + " has " + std::to_string(field.size) +
+                 " values per world in MuJoCo, " + std::to_string(size) + " in the call";
+        return nullptr;
+      }
+      plan->outputs.push_back(field);
+      plan->width += size;
+    }
+    std::set<std::string> setconst;
+    std::string listed(setconst_fields);
+    for (size_t start = 0; start < listed.size();) {
+      size_t end = listed.find(',', start);
+      if (end == std::string::npos) end = listed.size();
+      if (end > start) setconst.insert(listed.substr(start, end - start));
+      start = end + 1;
+    }
+    if (!Params(shared, setconst, &plan->shared, &plan->nshared, error)) return nullptr;
+    if (!Params(per_world, setconst, &plan->per_world, &plan->nper_world, error)) {
+      return nullptr;
+    }
+    return plans.emplace(std::move(key), std::move(plan)).first->second.get();
+  }
+
+  // Writes model fields (rows of `stride` values: one row for all worlds, or n)
+  // where they differ from the host model's rounded values.
+  template <typename T>
+  bool WriteParams(const std::vector<Param>& params, const T* values, long stride, int rows,
+                   std::string* error) {
+    for (const Param& p : params) {
+      const double* exact = p.exact->data();
+      bool keep = expanded.count(p.path) == 0;
+      for (int r = 0; keep && r < rows; ++r) {
+        const T* v = values + r * stride + p.offset;
+        for (long j = 0; j < p.size; ++j) {
+          if (!(v[j] == static_cast<T>(exact[j]))) {
+            keep = false;
+            break;
+          }
+        }
+      }
+      if (keep) continue;
+      int size = 0, elemsize = 0;
+      void* dst = mjb_expand(batch, p.path.c_str(), &size, &elemsize);
+      if (!dst || size != p.size || (elemsize != 8 && elemsize != 4)) {
+        *error = "impl 'c': MuJoCo's batch cannot take per-world values of " + p.path;
+        return false;
+      }
+      expanded.insert(p.path);
+      double* last_values = nullptr;
+      if (p.setconst) {
+        auto it = last.find(p.path);
+        if (it == last.end()) {  // as the host model has it, in every world
+          it = last.emplace(p.path, std::vector<double>(static_cast<size_t>(n) * p.size)).first;
+          for (int i = 0; i < n; ++i) {
+            std::memcpy(it->second.data() + static_cast<long>(i) * p.size, exact,
+                        sizeof(double) * p.size);
+          }
+        }
+        last_values = it->second.data();
+      }
+      for (int i = 0; i < n; ++i) {
+        const T* v = values + (rows == 1 ? 0 : i) * stride + p.offset;
+        for (long j = 0; j < p.size; ++j) {
+          double w = v[j] == static_cast<T>(exact[j]) ? exact[j] : static_cast<double>(v[j]);
+          if (last_values) {
+            double& was = last_values[static_cast<long>(i) * p.size + j];
+            if (w != was) moved[i] = 1;  // NaN != NaN: moved, as in NumPy
+            was = w;
+          }
+          if (elemsize == 8) {
+            static_cast<double*>(dst)[i * p.size + j] = w;
+          } else {
+            static_cast<float*>(dst)[i * p.size + j] = static_cast<float>(w);
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  ffi::Error Failed(int nfail, const char* what) {
+    const int* status = mjb_status(batch);
+    int first = 0;
+    while (first < n && !status[first]) ++first;
+    return ffi::Error::Internal(
+        std::string("impl 'c': MuJoCo raised in ") + what + " of " + std::to_string(nfail) +
+        " of " + std::to_string(n) + " simulations; simulation " + std::to_string(first) +
+        ": " + (first < n ? mjb_error(batch, first) : ""));
+  }
+
+  template <typename T>
+  ffi::Error Run(const Plan& plan, int nstep, const uint32_t* state, const T* seen,
+                 const T* shared, const T* per_world, uint32_t* bits, T* packed, int32_t* flags) {
+    const long size = static_cast<long>(n) * nstate;
+    mjtNum* rows = mjb_state(batch);
+    // A state value that is not the rounding of the exact one was written: take it.
+    for (long k = 0; k < size; ++k) {
+      double exact;
+      std::memcpy(&exact, state + 2 * k, sizeof(double));
+      T s = seen[k];
+      rows[k] = s == static_cast<T>(exact) ? exact : static_cast<double>(s);
+    }
+    std::string error;
+    moved.assign(n, 0);
+    if (!WriteParams(plan.shared, shared, plan.nshared, 1, &error) ||
+        !WriteParams(plan.per_world, per_world, plan.nper_world, n, &error)) {
+      return ffi::Error::Internal(error);
+    }
+    ids.clear();
+    for (int i = 0; i < n; ++i) {
+      if (moved[i]) ids.push_back(i);
+    }
+    if (!ids.empty()) {
+      int nfail = mjb_setConst(batch, ids.data(), static_cast<int>(ids.size()));
+      if (nfail) return Failed(nfail, "mj_setConst");
+    }
+    CallArgs<T> args{&plan, nstep, nstate, packed, flags};
+    int nfail = mjb_apply(batch, nullptr, n, RunOne<T>, &args, /*save=*/1);
+    if (nfail) return Failed(nfail, "the step");
+    std::memcpy(bits, rows, sizeof(double) * size);
+    for (int i = 0; i < n; ++i) {
+      const mjtNum* row = rows + static_cast<long>(i) * nstate;
+      T* out = packed + i * plan.width;
+      for (int j = 0; j < nstate; ++j) out[j] = static_cast<T>(row[j]);
+    }
+    return ffi::Error::Success();
+  }
+};
+
+struct Host {
+  const mjModel* model;
+  int nthread;
+  std::mutex mu;  // guards sims and released
+  bool released = false;
+  std::map<int, std::unique_ptr<Sim>> sims;
+};
+
+std::mutex registry_mu;
+std::map<int64_t, std::shared_ptr<Host>> registry;
+
+std::shared_ptr<Host> Find(int64_t token) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto it = registry.find(token);
+  return it == registry.end() ? nullptr : it->second;
+}
+
+Sim* SimOf(Host& host, int n, std::string* error) {
+  std::lock_guard<std::mutex> lock(host.mu);
+  if (host.released) {
+    *error = "impl 'c': the host of this call was released";
+    return nullptr;
+  }
+  auto it = host.sims.find(n);
+  if (it != host.sims.end()) return it->second.get();
+  mjBatchConfig config;
+  mjb_defaultConfig(&config);
+  config.nthread = host.nthread;
+  config.persistent = 0;
+  char err[1000] = "";
+  mjBatch* b = mjb_makeBatch(host.model, n, &config, err, sizeof(err));
+  if (!b) {
+    *error = std::string("impl 'c': could not make a batch of ") + std::to_string(n) +
+             " simulations: " + err;
+    return nullptr;
+  }
+  auto sim = std::make_unique<Sim>();
+  sim->batch = b;
+  sim->n = n;
+  sim->nstate = mjb_nstate(b);
+  sim->host = host.model;
+  return host.sims.emplace(n, std::move(sim)).first->second.get();
+}
+
+// MuJoCo's results must not depend on the thread the call runs on: denormals are
+// neither flushed nor read as zero during the call (the batch's threads, made at
+// its first call, inherit the same setting).
+class NativeFloats {
+ public:
+  NativeFloats() {
+#ifdef MJXR_HAVE_MXCSR
+    saved_ = _mm_getcsr();
+    _mm_setcsr(saved_ & ~(0x8000u | 0x0040u));
+#endif
+  }
+  ~NativeFloats() {
+#ifdef MJXR_HAVE_MXCSR
+    _mm_setcsr(saved_);
+#endif
+  }
+
+ private:
+  unsigned saved_ = 0;
+};
+
+ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer seen, ffi::AnyBuffer shared,
+                    ffi::AnyBuffer per_world, ffi::Result<ffi::Buffer<ffi::U32>> bits,
+                    ffi::Result<ffi::AnyBuffer> packed, ffi::Result<ffi::Buffer<ffi::S32>> flags,
+                    int64_t token, std::string_view how, int64_t nstep,
+                    std::string_view outputs, std::string_view shared_fields,
+                    std::string_view world_fields, std::string_view setconst_fields) {
+  NativeFloats native_floats;
+  auto dims = state.dimensions();
+  if (dims.size() != 3 || dims[2] != 2) {
+    return ffi::Error::InvalidArgument("impl 'c': state must be (n, nstate, 2) uint32");
+  }
+  const int n = static_cast<int>(dims[0]);
+  const long nstate = static_cast<long>(dims[1]);
+  ffi::DataType dtype = seen.element_type();
+  if (dtype != ffi::DataType::F32 && dtype != ffi::DataType::F64) {
+    return ffi::Error::InvalidArgument("impl 'c': float operands must be float32 or float64");
+  }
+  if (shared.element_type() != dtype || per_world.element_type() != dtype ||
+      packed->element_type() != dtype) {
+    return ffi::Error::InvalidArgument("impl 'c': float operands of different types");
+  }
+  std::shared_ptr<Host> host = Find(token);
+  if (!host) return ffi::Error::Internal("impl 'c': the host of this call was released");
+  std::string error;
+  Sim* sim = SimOf(*host, n, &error);
+  if (!sim) return ffi::Error::Internal(error);
+  std::lock_guard<std::mutex> lock(sim->mu);
+  if (sim->nstate != nstate) {
+    return ffi::Error::InvalidArgument("impl 'c': state rows of " + std::to_string(nstate) +
+                                       " values, the model's have " +
+                                       std::to_string(sim->nstate));
+  }
+  const Plan* plan = sim->Resolve(how, outputs, shared_fields, world_fields, setconst_fields, &error);
+  if (!plan) return ffi::Error::Internal(error);
+  if (seen.element_count() != static_cast<size_t>(n * nstate) ||
+      shared.element_count() != static_cast<size_t>(plan->nshared) ||
+      per_world.element_count() != static_cast<size_t>(n * plan->nper_world) ||
+      packed->element_count() != static_cast<size_t>(n * plan->width) ||
+      flags->element_count() != static_cast<size_t>(2 * n)) {
+    return ffi::Error::InvalidArgument("impl 'c': operand or result sizes disagree with the call");
+  }
+  const uint32_t* in = state.typed_data();
+  uint32_t* out_bits = bits->typed_data();
+  int32_t* out_flags = flags->typed_data();
+  int steps = static_cast<int>(nstep);
+  if (dtype == ffi::DataType::F32) {
+    return sim->Run<float>(*plan, steps, in, seen.typed_data<float>(),
+                           shared.typed_data<float>(), per_world.typed_data<float>(), out_bits,
+                           packed->typed_data<float>(), out_flags);
+  }
+  return sim->Run<double>(*plan, steps, in, seen.typed_data<double>(),
+                          shared.typed_data<double>(), per_world.typed_data<double>(), out_bits,
+                          packed->typed_data<double>(), out_flags);
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MjxrHostCall, HostCall,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::U32>>()  // state
+                                  .Arg<ffi::AnyBuffer>()         // seen
+                                  .Arg<ffi::AnyBuffer>()         // shared
+                                  .Arg<ffi::AnyBuffer>()         // per_world
+                                  .Ret<ffi::Buffer<ffi::U32>>()  // bits
+                                  .Ret<ffi::AnyBuffer>()         // packed
+                                  .Ret<ffi::Buffer<ffi::S32>>()  // flags
+                                  .Attr<int64_t>("host")
+                                  .Attr<std::string_view>("how")
+                                  .Attr<int64_t>("nstep")
+                                  .Attr<std::string_view>("outputs")
+                                  .Attr<std::string_view>("shared_fields")
+                                  .Attr<std::string_view>("world_fields")
+                                  .Attr<std::string_view>("setconst_fields"));
+
+extern "C" {
+
+// The ABI of this file: Python checks it before use.
+MJXR_EXPORT int mjxr_version() { return 1; }
+
+// Makes `token` name the host model at `model` (an mjModel*), stepped on `nthread`
+// threads. The model must stay alive until mjxr_release(token).
+MJXR_EXPORT void mjxr_register(int64_t token, const void* model,
+                                                          int nthread) {
+  auto host = std::make_shared<Host>();
+  host->model = static_cast<const mjModel*>(model);
+  host->nthread = nthread;
+  std::lock_guard<std::mutex> lock(registry_mu);
+  registry[token] = std::move(host);
+}
+
+// Frees the batches of `token`'s host (after any call in progress on them).
+MJXR_EXPORT void mjxr_release(int64_t token) {
+  std::shared_ptr<Host> host;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    auto it = registry.find(token);
+    if (it == registry.end()) return;
+    host = std::move(it->second);
+    registry.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(host->mu);
+  host->released = true;
+  for (auto& [n, sim] : host->sims) {
+    std::lock_guard<std::mutex> sim_lock(sim->mu);
+    mjb_deleteBatch(sim->batch);
+    sim->batch = nullptr;
+  }
+  host->sims.clear();
+}
+
+// The model fields given per-world values in the batch of `n` worlds of `token`'s
+// host, comma-separated, into `out` (at most `size` bytes with the terminating 0);
+// returns the length needed, or -1 if there is no such batch.
+MJXR_EXPORT int mjxr_expanded(int64_t token, int n, char* out,
+                                                         int size) {
+  std::shared_ptr<Host> host = Find(token);
+  if (!host) return -1;
+  Sim* sim;
+  {
+    std::lock_guard<std::mutex> lock(host->mu);
+    auto it = host->sims.find(n);
+    if (it == host->sims.end()) return -1;
+    sim = it->second.get();
+  }
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(sim->mu);
+    for (const std::string& path : sim->expanded) {
+      if (!text.empty()) text += ",";
+      text += path;
+    }
+  }
+  if (size > 0) {
+    size_t len = std::min(text.size(), static_cast<size_t>(size - 1));
+    std::memcpy(out, text.data(), len);
+    out[len] = 0;
+  }
+  return static_cast<int>(text.size());
+}
+
+}  // extern "C"

@@ -1,0 +1,191 @@
+"""Impl "c"'s host call through the C++ FFI handler equals the pure_callback path.
+
+Both paths step the same worlds (one runner each, the path chosen by
+``MJXRUNNER_HOST_CALL`` when the runner's host model makes its first call): their
+exact states and every data field must agree bit for bit, through masked resets,
+per-world parameters (one of them an input of ``mj_setConst``), and with native
+``mj_step`` on float64 state. A compiler that fails leaves the pure_callback path.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import mujoco
+import numpy as np
+import pytest
+from test_native import DIVERGING, Reference, controls, exact
+
+from mjxrunner import MultiEnvRunner, models
+from mjxrunner.engine import native, native_ffi
+
+N = 6
+
+pytestmark = pytest.mark.skipif(
+    not native_ffi.available(), reason=f"the FFI handler did not build: {native_ffi.failure()}"
+)
+
+
+def runner(scene, path: str, monkeypatch, n: int = N) -> MultiEnvRunner:
+    monkeypatch.setenv(native_ffi.MODE_ENV, path)
+    r = MultiEnvRunner(scene, n, impl="c", seed=3)
+    r.start = exact(r.data)  # where a reset takes a world
+    r.step()  # the host's first call fixes its path
+    assert native_ffi.serves(host_of(r)) == (path == "ffi")
+    assert r.backend_info["host_call"] == path
+    return r
+
+
+def host_of(r: MultiEnvRunner) -> native.Host:
+    return r._eng.default_model.tree._impl.host
+
+
+def assert_same(a: MultiEnvRunner, b: MultiEnvRunner, where: str) -> None:
+    np.testing.assert_array_equal(exact(a.data), exact(b.data), err_msg=where)
+    for path, x in jax.tree_util.tree_leaves_with_path(a.data):
+        y = b.data
+        for k in path:
+            y = getattr(y, k.name)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"{where}: {path}")
+
+
+@pytest.mark.parametrize("scene", ["hopper", "cartpole"])
+def test_ffi_equals_pure_callback_and_native_step(scene, monkeypatch):
+    """200 steps with masked resets and per-world masses and frictions: the FFI
+    path's data equals the pure_callback path's, field by field, and its float64
+    state equals native ``mj_step``'s."""
+    m = models.load(scene)
+    ffi = runner(scene, "ffi", monkeypatch)
+    py = runner(scene, "pure_callback", monkeypatch)
+    assert_same(ffi, py, "start")
+    ref = Reference(m, ffi.start)
+    ref.step(np.zeros((N, m.nu)))
+    rng = np.random.default_rng(0)
+    for k in range(200):
+        if k == 60:  # world 0's frictions halved, world 4's masses 1.25x (mj_setConst)
+            friction = np.asarray(ffi.param("geom_friction")) * np.float32(0.5)
+            mass = np.asarray(ffi.param("body_mass")) * np.float32(1.25)
+            for r in (ffi, py):
+                r.set_param("geom_friction", friction, env_ids=[0])
+                r.set_param("body_mass", mass, env_ids=[4])
+            ref.models[0].geom_friction[:] = friction.astype(np.float64)
+            changed = mass != m.body_mass.astype(np.float32)
+            ref.models[4].body_mass[:] = np.where(changed, mass, m.body_mass)
+            mujoco.mj_setConst(ref.models[4], mujoco.MjData(ref.models[4]))
+        if k in (40, 120):
+            mask = np.zeros(N, bool)
+            mask[[1, 2] if k == 40 else [0, 4, 5]] = True
+            for r in (ffi, py):
+                r.reset(mask)
+            for i in np.flatnonzero(mask):
+                ref.reset(i, params=True)
+        u = controls(m, rng, N)
+        for r in (ffi, py):
+            r.set_actions(u)
+            r.step()
+        ref.step(u)
+        if k % 50 == 49:
+            assert_same(ffi, py, f"step {k}")
+            np.testing.assert_array_equal(exact(ffi.data), ref.states(), err_msg=f"step {k}")
+    expanded = native_ffi.expanded(host_of(ffi), N)
+    assert expanded == host_of(py).sim(N).expanded == {"geom_friction", "body_mass"}
+
+
+def test_written_state_and_divergence_agree(monkeypatch):
+    """A state field written in the data is taken by both paths alike, and a world
+    MuJoCo resets because it diverged is flagged at every step it happens, not
+    only the first."""
+    ffi = runner("hopper", "ffi", monkeypatch, 3)
+    py = runner("hopper", "pure_callback", monkeypatch, 3)
+    for r in (ffi, py):
+        qpos = np.asarray(r.data.qpos).copy()
+        qpos[1, 1] = 0.25
+        r.engine = r.engine.replace(state=r.engine.state.replace(data=r.data.replace(qpos=qpos)))
+        r.step()
+    assert_same(ffi, py, "written qpos")
+    m = mujoco.MjModel.from_xml_string(DIVERGING)
+    flags = {}
+    for path in ("ffi", "pure_callback"):
+        monkeypatch.setenv(native_ffi.MODE_ENV, path)
+        r = MultiEnvRunner(m, 3, impl="c")
+        seen = []
+        for _ in range(3):
+            r.set_actions(np.array([[0.0], [1.0], [0.0]], np.float32))
+            r.step()
+            seen.append(np.asarray(r.data._impl.diverged).tolist())
+        assert r.backend_info["host_call"] == path
+        flags[path] = seen
+    assert flags["ffi"] == flags["pure_callback"] == [[False, True, False]] * 3
+
+
+def test_forward_and_kinematics_agree(monkeypatch):
+    """The other two calls (mj_forward, the position stage) agree too."""
+    outs = {}
+    for path in ("ffi", "pure_callback"):
+        monkeypatch.setenv(native_ffi.MODE_ENV, path)
+        r = MultiEnvRunner("hopper", 3, impl="c", seed=5)
+        model = r._eng.default_model.tree
+        data = r.data
+        fwd = jax.jit(jax.vmap(native.forward, in_axes=(None, 0)))(model, data)
+        kin = jax.jit(jax.vmap(native.kinematics, in_axes=(None, 0)))(model, data)
+        outs[path] = (fwd, kin)
+    for a, b in zip(
+        jax.tree.leaves(outs["ffi"]), jax.tree.leaves(outs["pure_callback"]), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+FALLBACK = textwrap.dedent(
+    """
+    import warnings
+    import numpy as np
+    from mjxrunner import MultiEnvRunner
+    from mjxrunner.engine import native_ffi
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = MultiEnvRunner("cartpole", 2, impl="c")
+        r.step()
+    assert not native_ffi.available()
+    assert "failed" in native_ffi.failure() or "could not run" in native_ffi.failure()
+    assert r.backend_info["host_call"] == "pure_callback", r.backend_info
+    assert any("pure_callback" in str(w.message) for w in caught)
+    assert np.isfinite(np.asarray(r.data.qpos)).all()
+    print("FELL BACK")
+    """
+)
+
+
+@pytest.mark.parametrize("cxx", ["false", "no-such-compiler-here"])
+def test_a_failed_build_falls_back_to_pure_callback(cxx, tmp_path):
+    """A compiler that fails (or none): a warning, and impl "c" steps through
+    jax.pure_callback; ``MJXRUNNER_HOST_CALL=ffi`` then refuses to run."""
+    env = {
+        **os.environ,
+        native_ffi.CXX_ENV: cxx,
+        native_ffi.CACHE_ENV: str(tmp_path),
+        native_ffi.MODE_ENV: "auto",
+        "JAX_PLATFORMS": "cpu",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", FALLBACK], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and "FELL BACK" in done.stdout, done.stderr[-3000:]
+    assert not list(tmp_path.rglob("*.so")) and not list(tmp_path.rglob("*.tmp"))
+    env[native_ffi.MODE_ENV] = "ffi"
+    forced = "from mjxrunner import MultiEnvRunner\nMultiEnvRunner('cartpole', 2, impl='c').step()"
+    done = subprocess.run(
+        [sys.executable, "-c", forced], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0 and "FFI handler is unavailable" in done.stderr, done.stderr[-3000:]
+
+
+def test_build_is_cached_by_source_and_versions(tmp_path, monkeypatch):
+    """The library's name hashes the source, the versions and the command; a build
+    writes under a temporary name and renames it."""
+    monkeypatch.setenv(native_ffi.CACHE_ENV, str(tmp_path))
+    path = native_ffi.library_path()
+    assert path.parent == tmp_path / "native" and path.suffix == ".so"
+    monkeypatch.setenv(native_ffi.CXX_ENV, "c++ -DMJXR_OTHER")
+    assert native_ffi.library_path() != path
