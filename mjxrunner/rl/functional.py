@@ -76,7 +76,7 @@ class Env:
       high: ``(nu,)`` upper action bounds.
       pool: None, or cached starts with a leading ``(pool_size,)`` axis.
       ref: what rebuilding mass-derived constants needs (None unless masses change).
-      restart_slots: worlds drawn together in one pass of a restart (static).
+      restart_slots: worlds restarted together in one pass of a restart (static).
       normalize: None, or how observations are normalized (static; see
         :meth:`with_obs_normalization`).
       pipeline: the task's observation noise and history, checked against its
@@ -311,11 +311,12 @@ def make(
       reset_pool: if > 0, restarts draw from this many cached starts
         (see :meth:`Env.with_reset_pool`).
       pool_seed: seed of the cached starts.
-      restart_slots: worlds whose fresh starts are drawn together in one pass of a
-        restart (on each device when sharded); a step with more restarts makes
-        more passes. None: ``ceil(num_envs / 8)``; ``num_envs``: every restart
-        draws for the whole batch (the cost no longer follows the number of
-        restarts). See the module docstring.
+      restart_slots: worlds restarted together in one pass of a restart (on each
+        device when sharded): gathered from the batch, given fresh starts,
+        parameters, counters and first observations, and scattered back; a step
+        with more restarts makes more passes. None: ``ceil(num_envs / 8)``;
+        ``num_envs``: one pass over the whole batch (the cost no longer follows the
+        number of restarts). See the module docstring.
       normalize_obs: normalize observations by running statistics on device
         (see :meth:`Env.with_obs_normalization`).
       obs_clip: with ``normalize_obs``, None or the bound of normalized values.

@@ -158,17 +158,12 @@ def _keeps_frames(env: Env) -> bool:
 
 
 def first_seen(
-    env: Env,
-    model: FlatModel,
-    data: mjx.Data,
-    draw: jax.Array,
-    mask: jax.Array | None = None,
-    slots: int = 0,
+    env: Env, model: FlatModel, data: mjx.Data, draw: jax.Array
 ) -> tuple[mjx.Data, Seen]:
-    """Info, history and observation of fresh starts, from their restart's raw draw
-    keys ``(n, 2)``: the info and the noise draw from sub-streams of them. Only the
-    worlds in ``mask`` (None: all) are used by the caller: a pixel env renders those
-    (see :func:`_restart_frames`) and returns ``data`` with the render's token."""
+    """Info, history and observation of a batch of fresh starts (every world of the
+    env's batch, or the worlds a restart gathered), from their restart's raw draw
+    keys ``(n, 2)``: the info and the noise draw from sub-streams of them. A pixel
+    env renders them (:func:`_frames`) and returns ``data`` with the render's token."""
     info = None
     if env.task.has_info:
         tree = model.tree
@@ -177,7 +172,7 @@ def first_seen(
     obs = observe(env, model, data, info)
     frames = None
     if env.renderer is not None:
-        data, frames = _restart_frames(env, model, data, mask, slots)
+        data, frames = _frames(env, model, data)
         obs = pixels.merge(obs, frames)
     obs = observations.noisy(env.pipeline, obs, derived_keys(draw, NOISE_STREAM))
     history = observations.start_history(env.pipeline, obs)
@@ -185,33 +180,15 @@ def first_seen(
     return data, Seen(info, history, view, frames if _keeps_frames(env) else None)
 
 
-def _restart_frames(
-    env: Env, model: FlatModel, data: mjx.Data, mask: jax.Array | None, slots: int
-) -> tuple[mjx.Data, dict[str, jax.Array]]:
-    """Frames of the worlds in ``mask`` (others' are zeros), with ``data`` carrying
-    the render token. MJX renders every world of a context at once, so restarted
-    worlds are gathered ``slots`` at a time into the restart renderer's context
-    (a pass per ``slots`` restarts, each costing ``slots / num_envs`` of a full
-    render); without one (or with ``mask`` None) every world is rendered."""
+def _frames(env: Env, model: FlatModel, data: mjx.Data) -> tuple[mjx.Data, dict[str, jax.Array]]:
+    """Frames of a batch of fresh starts, with ``data`` carrying the render token.
+    MJX renders every world of a context at once: the env's batch goes through the
+    env's renderer, the ``restart_slots`` worlds a restart gathered through the
+    restart renderer (each pass costing ``slots / num_envs`` of a full render)."""
+    n = data.qpos.shape[0]
     small = env.restart_renderer
-    if mask is None or small is None or small.worlds_per_device != slots:
-        return env.renderer.observe(model.tree, data)
-    n, tree = mask.shape[0], model.tree
-    frames = {k: jnp.zeros(s.shape, s.dtype) for k, s in env.renderer.frame_shapes(n).items()}
-
-    def one_pass(carry):
-        token, frames, todo = carry
-        (index,) = jnp.nonzero(todo, size=slots, fill_value=n)  # n: past the end
-        some = take_worlds(data, index)
-        some = pixels.with_render_token(some, token[jnp.minimum(index, n - 1)])
-        some, new = small.observe(take_worlds(tree, index), some)
-        token = token.at[index].set(pixels.render_token(some), mode="drop")
-        frames = {k: v.at[index].set(new[k], mode="drop") for k, v in frames.items()}
-        return token, frames, todo.at[index].set(False, mode="drop")
-
-    start = (pixels.render_token(data), frames, mask)
-    token, frames, _ = jax.lax.while_loop(lambda c: jnp.any(c[2]), one_pass, start)
-    return pixels.with_render_token(data, token), frames
+    renderer = small if small is not None and n == small.worlds_per_device else env.renderer
+    return renderer.observe(model.tree, data)
 
 
 def step_frames(
@@ -244,59 +221,18 @@ def draws_every_step(env: Env) -> bool:
     return env.pipeline.random or env.task.update_info is not None
 
 
-def _draw_masked(
-    env: Env,
-    model: FlatModel,
-    draw: jax.Array,
-    mask: jax.Array,
-    current: mjx.Data,
-    slots: int,
-    curriculum: Any = None,
-) -> mjx.Data:
-    """``current`` with fresh starts for the worlds in ``mask``, ``slots`` at a time.
-
-    Each pass gathers the next ``slots`` masked worlds (their keys and per-world
-    parameters), draws their starts and scatters them back, so the cost follows the
-    number of restarts, not the batch. With ``slots >= num_envs`` every world is
-    drawn in one ``vmap`` (the cheaper choice when all restart). A world's start
-    depends on its own key and parameters only (up to the rounding of a forward
-    compiled for another batch size: see the module docstring)."""
-    n = mask.shape[0]
-    if slots >= n:
-        return draw_starts(model, env.start, draw, env.task, curriculum)
-    tree = model.tree
-
-    def one_pass(carry):
-        data, todo = carry
-        (index,) = jnp.nonzero(todo, size=slots, fill_value=n)  # n: past the end
-        fresh = draw_starts(
-            take_worlds(tree, index),
-            env.start,
-            draw[jnp.minimum(index, n - 1)],
-            env.task,
-            curriculum_.take(curriculum, index),
-        )
-        return put_worlds(data, index, fresh), todo.at[index].set(False, mode="drop")
-
-    data, _ = jax.lax.while_loop(lambda c: jnp.any(c[1]), one_pass, (current, mask))
-    return data
-
-
 def _fresh(
     env: Env,
     pool: Any,
     model: FlatModel,
     draw: jax.Array,
-    mask: jax.Array,
-    current: mjx.Data,
-    slots: int,
     curriculum: Any = None,
 ) -> RunnerState:
-    """Fresh starts from raw draw keys for the worlds in ``mask`` (others keep
-    ``current``), as a cleared ``RunnerState``."""
+    """Fresh starts from raw draw keys for a batch of worlds (every world of the
+    env's batch, or the worlds a restart gathered), as a cleared ``RunnerState``."""
     n = draw.shape[0]
     if pool is None:
-        data = _draw_masked(env, model, draw, mask, current, slots, curriculum)
+        data = draw_starts(model, env.start, draw, env.task, curriculum)
     else:
         size = pool.qpos.shape[0]
         index = jax.vmap(lambda k: jax.random.randint(jax.random.wrap_key_data(k), (), 0, size))(
@@ -321,38 +257,99 @@ def restart_worlds(
     ended: Any = None,
 ) -> tuple[FlatModel, RunnerState, Seen]:
     """Restarts the worlds in ``mask`` through the engine's reset: the curriculum
-    moved by the ended episodes (``ended() -> (data, info)`` as they ended; None at
-    a reset), parameters back from the env's model (and redrawn if randomized),
-    fresh data, cleared counters, advanced keys, then a fresh info, history and
-    observation. Skipped (``lax.cond``) when ``mask`` selects no world. Starts are
-    drawn ``slots`` worlds at a time (None: the env's ``restart_slots``)."""
-    slots = env.restart_slots if slots is None else slots
+    moved by the ended episodes (``ended(take) -> (data, info)``, the state they
+    ended in, each ``(data, info)`` pair read through ``take`` at the restarted
+    worlds; None at a reset), parameters back from the env's model (and redrawn if
+    randomized), fresh data, cleared counters, advanced keys, then a fresh info,
+    history and observation.
 
-    def restart(model, runner, seen):
-        rng, draw = core.split_streams(runner.rng)
-        runner = runner.replace(rng=pick(mask, rng, runner.rng))  # restarted ones advance
-        curriculum = seen.curriculum
-        if ended is not None and env.task.update_curriculum is not None:  # not at a reset
-            data, info = ended()
-            keys = typed_keys(draw, CURRICULUM_STREAM)
-            moved = curriculum_.updated(env.task, model, curriculum, data, info, keys)
-            curriculum = pick(mask, moved, curriculum)
+    Only the restarted worlds are touched: each pass gathers the next ``slots`` of
+    them (None: the env's ``restart_slots``; at most the batch) from every per-world
+    leaf, restarts those, and scatters them back, so a step costs what its restarts
+    cost, not selects over the whole batch; no pass runs when ``mask`` selects no
+    world. Every slot count runs this same code (so the compiled step around it is
+    the same), and a world's restart depends on its own leaves only."""
+    n = mask.shape[0]
+    slots = min(env.restart_slots if slots is None else slots, n)
+    # The restarted worlds' redrawn fields need their world axis to be written back
+    # (a no-op once they have it).
+    model = FlatModel.of(params.promote(model.tree, env.config.randomization, n))
 
-        def source(m, s):  # drawn with the restored (and redrawn) parameters
-            return _fresh(env, pool, m, draw, mask, s.data, slots, curriculum)
+    def one_pass(carry):
+        model, runner, seen, todo = carry
+        (index,) = jnp.nonzero(todo, size=slots, fill_value=n)  # n: past the end
+        some = index < n
+        before = (FlatModel.of(take_worlds(model.tree, index)), take_worlds(runner, index))
+        default = FlatModel.of(take_worlds(env.model.tree, index))
+        taken = None if ended is None else lambda: ended(lambda pair: _take_pair(pair, index))
+        old = take_worlds(seen, index)
+        after, curriculum, draw = _restart(env, pool, *before, old.curriculum, default, some, taken)
+        _check_kept_shapes(before, after)
+        model = FlatModel.of(put_worlds(model.tree, index, after[0].tree))
+        runner = put_worlds(runner, index, after[1])
+        # The first observation reads what the worlds keep, gathered back from the
+        # scattered state: fused with the draw that made it, XLA may round a start's
+        # values one way for the state and another for the observation.
+        kept = FlatModel.of(take_worlds(model.tree, index))
+        data, first = first_seen(env, kept, take_worlds(runner.data, index), draw)
+        if env.renderer is not None:  # the render token moved
+            runner = runner.replace(data=put_worlds(runner.data, index, data))
+        new = pick(some, first, old.replace(curriculum=None)).replace(curriculum=curriculum)
+        _check_kept_shapes(old, new)
+        seen = put_worlds(seen, index, new)
+        return model, runner, seen, todo.at[index].set(False, mode="drop")
 
-        model, runner = engine.reset_local(
-            env.config, model, env.model, env.ref, runner, source, mask, jnp.asarray(False)
-        )
-        data, first = first_seen(env, model, runner.data, draw, mask, slots)
-        seen = pick(mask, first, seen.replace(curriculum=None))
-        return model, runner.replace(data=data), seen.replace(curriculum=curriculum)
+    start = (model, runner, seen, mask)
+    model, runner, seen, _ = jax.lax.while_loop(lambda c: jnp.any(c[3]), one_pass, start)
+    return model, runner, seen
 
-    # Both branches must return the same shapes: give the redrawn fields their world
-    # axis first (a no-op once they have it).
-    model = FlatModel.of(params.promote(model.tree, env.config.randomization, mask.shape[0]))
-    keep = lambda m, r, s: (m, r, s)  # noqa: E731
-    return jax.lax.cond(jnp.any(mask), restart, keep, model, runner, seen)
+
+def _take_pair(pair: tuple[mjx.Data, Any], index: jax.Array) -> tuple[mjx.Data, Any]:
+    """Worlds ``index`` of a ``(data, info)`` pair: the data as ``take_worlds`` reads
+    it (pooled leaves whole), every leaf of the info per world (a task's own dict,
+    undeclared, would read as shared)."""
+    data, info = pair
+    return take_worlds(data, index), curriculum_.take(info, index)
+
+
+def _check_kept_shapes(before: Any, after: Any) -> None:
+    """At trace time: a restart of some worlds keeps every leaf's shape and dtype,
+    or the scatter back would drop or cast what it changed."""
+    spec = lambda t: [(jnp.shape(x), jnp.result_type(x)) for x in jax.tree.leaves(t)]  # noqa: E731
+    if jax.tree.structure(before) != jax.tree.structure(after) or spec(before) != spec(after):
+        raise AssertionError("a restart changed the structure or the shapes of the state")
+
+
+def _restart(
+    env: Env,
+    pool: Any,
+    model: FlatModel,
+    runner: RunnerState,
+    curriculum: Any,
+    default: FlatModel,
+    mask: jax.Array,
+    ended: Any,
+) -> tuple[tuple[FlatModel, RunnerState], Any, jax.Array]:
+    """The worlds in ``mask`` of the worlds one pass gathered, restarted:
+    ``((model, runner), curriculum, draw keys)``, the observation still to come
+    (``default``: the env's model at the same worlds; ``ended``: None, or ``() ->
+    (data, info)`` of those worlds as their episodes ended)."""
+    rng, draw = core.split_streams(runner.rng)
+    runner = runner.replace(rng=pick(mask, rng, runner.rng))  # restarted ones advance
+    if ended is not None and env.task.update_curriculum is not None:  # not at a reset
+        data, info = ended()
+        keys = typed_keys(draw, CURRICULUM_STREAM)
+        moved = curriculum_.updated(env.task, model, curriculum, data, info, keys)
+        curriculum = pick(mask, moved, curriculum)
+
+    def source(m, s):  # drawn with the restored (and redrawn) parameters
+        del s
+        return _fresh(env, pool, m, draw, curriculum)
+
+    model, runner = engine.reset_local(
+        env.config, model, default, env.ref, runner, source, mask, jnp.asarray(False)
+    )
+    return (model, runner), curriculum, draw
 
 
 def zeros_stats(n: int, dtype: Any) -> EpisodeStats:

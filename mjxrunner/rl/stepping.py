@@ -170,8 +170,9 @@ def step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvSt
     frames = None if last is None else last.frames
     seen = Seen(info, history, obs, frames, state.curriculum)
     # The state each episode ended in: "next_step" restarts after the ending step.
-    ended = lambda: curriculum_.episode_end(  # noqa: E731
-        next_step, (prev.data, state.info), (runner.data, info)
+    # Read at the restarted worlds (``take``) before choosing: nothing whole-batch.
+    ended = lambda take: curriculum_.episode_end(  # noqa: E731
+        next_step, take((prev.data, state.info)), take((runner.data, info))
     )
     model, restarted, seen = restart_worlds(env, pool, model, runner, seen, restart, ended=ended)
     new_obs = seen.obs
@@ -210,7 +211,7 @@ def reset_worlds_local(env: Env, pool: Any, state: EnvState, mask: jax.Array) ->
     last = state.last_frames
     frames = None if last is None else last.frames
     seen = Seen(state.info, state.history, state.obs, frames, state.curriculum)
-    ended = lambda: (state.runner.data, state.info)  # noqa: E731 - as the user stopped them
+    ended = lambda take: take((state.runner.data, state.info))  # noqa: E731 - as stopped
     model, runner, seen = restart_worlds(env, pool, model, state.runner, seen, mask, ended=ended)
     fresh = seen.obs
     if env.normalize is not None:  # scaled, not counted: steps count each world once
