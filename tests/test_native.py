@@ -13,9 +13,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from mjxrunner import CompileCounter, MultiEnvRunner
+from mjxrunner import CompileCounter, MultiEnvRunner, models
 from mjxrunner import env as mjxenv
-from mjxrunner import models
 from mjxrunner.engine import native
 
 INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
@@ -59,7 +58,7 @@ class Reference:
 
 
 def controls(m: mujoco.MjModel, rng: np.random.Generator, n: int) -> np.ndarray:
-    lo, hi = (m.actuator_ctrlrange.T if m.nu else (np.zeros(0), np.zeros(0)))
+    lo, hi = m.actuator_ctrlrange.T if m.nu else (np.zeros(0), np.zeros(0))
     lo = np.where(m.actuator_ctrllimited, lo, -1.0)
     hi = np.where(m.actuator_ctrllimited, hi, 1.0)
     return rng.uniform(lo, hi, (n, m.nu)).astype(np.float32)
@@ -181,7 +180,7 @@ def test_a_world_mujoco_resets_is_truncated_and_counted():
     np.testing.assert_array_equal(np.asarray(r.data._impl.diverged), [False, True, False])
     np.testing.assert_array_equal(r.truncated, [False, True, False])
     np.testing.assert_array_equal(r.health.counts["unstable"], [0, 1, 0])
-    with pytest.raises(Exception, match="unstable|instab"):
+    with pytest.raises(Exception, match=r"unstable|instab"):
         strict = MultiEnvRunner(m, 3, impl="c", instability_policy="raise")
         strict.set_actions(np.array([[0.0], [1.0], [0.0]], np.float32))
         strict.step()

@@ -27,17 +27,20 @@ every restart splits it into ``(next key, draw key)`` and calls
 ``task.initial_state(model, start, draw_key)``, followed by ``mjx.forward`` unless
 the task sets ``forward_on_reset=False``. Only restarted worlds advance their
 stream, so a world's sequence of starts does not depend on the other worlds. The
-restart is computed under a ``lax.cond`` and skipped when no world ends in a step.
-Its cost follows the number of worlds that end: starts are drawn in passes of
-``restart_slots`` worlds (default ``ceil(num_envs / 8)``), each gathering the next
-ended worlds' keys and per-world parameters, calling ``initial_state`` (and
-forward) for those only, and scattering the starts back; a step with more ended
-worlds than slots makes more passes, so no world ever waits for its restart. A
+restart touches only the worlds that restart, and a step where none ends does no
+restart work. Its cost follows the number of worlds that end: they restart in
+passes of ``restart_slots`` worlds (default ``ceil(num_envs / 8)``), each gathering
+the next ended worlds from every per-world leaf (keys, parameters, runner and
+observation state), drawing their starts with ``initial_state`` (and forward),
+observing them, and scattering them back; a step observes the whole batch once,
+and a step with more ended worlds than slots makes more passes, so no world ever
+waits for its restart. A
 world's start depends only on its key and its parameters, so the number of
 slots changes the cost, not which worlds restart, their keys or the state the
 task draws. One caveat: XLA vectorizes a forward pass over ``k`` worlds
 differently than over ``num_envs``, so quantities the forward derives
-(accelerations, constraint forces) may differ in the last bits between slot
+(accelerations, constraint forces), and a first observation that reads them, may
+differ in the last bits between slot
 counts (hopper: 2.4e-7 in ``qacc``; cartpole: bit-identical). ``reset`` draws
 all worlds in one pass. A cached pool
 (:meth:`Env.with_reset_pool`) replaces that by a gather of precomputed starts:
