@@ -28,6 +28,13 @@ STEPS = 30
 TASK = tasks.get("cartpole_balance").replace(max_episode_steps=12)  # ends within 30 steps
 
 
+def same_floats(ours, theirs) -> None:
+    """The door's packed step is another XLA program than the functional env's
+    ``jit_step``: it agrees to float32 rounding (XLA keeps no bitwise promise across
+    programs; restarts fuse differently in each)."""
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+
+
 def actions(t: int) -> np.ndarray:
     u = 0.8 * np.sin(0.4 * t + np.arange(N))
     return u[:, None].astype(np.float32)
@@ -62,12 +69,12 @@ def test_tensors_match_the_functional_env(door, reference):
     for t in range(STEPS):
         obs, reward, terminated, truncated, extras = door.step(torch.from_numpy(actions(t)))
         ref = reference[t + 1]
-        np.testing.assert_array_equal(obs["policy"].numpy(), ref.obs)
-        np.testing.assert_array_equal(reward.numpy(), ref.reward)
+        same_floats(obs["policy"].numpy(), ref.obs)
+        same_floats(reward.numpy(), ref.reward)
         np.testing.assert_array_equal(terminated.numpy(), ref.terminated)
         np.testing.assert_array_equal(truncated.numpy(), ref.truncated)
         np.testing.assert_array_equal(extras["time_outs"].numpy(), ref.truncated)
-        np.testing.assert_array_equal(extras["final_obs"].numpy(), ref.final_obs)
+        same_floats(extras["final_obs"].numpy(), ref.final_obs)
         np.testing.assert_array_equal(extras["final_mask"].numpy(), ref.final_mask)
         assert reward.dtype == torch.float32 and terminated.dtype == torch.bool
         ended += int(ref.final_mask.sum())
@@ -239,7 +246,7 @@ def test_rsl_rl_vec_env_interface(reference):
     for t in range(STEPS):
         obs, _, dones, extras = vec.step(torch.from_numpy(actions(t)))
         ref = reference[t + 1]
-        np.testing.assert_array_equal(obs["policy"].numpy(), ref.obs)
+        same_floats(obs["policy"].numpy(), ref.obs)
         np.testing.assert_array_equal(dones.numpy(), ref.done.astype(np.int64))
         np.testing.assert_array_equal(extras["time_outs"].numpy(), ref.truncated)
         assert dones.dtype == torch.long
@@ -259,8 +266,8 @@ def test_skrl_wraps_the_torch_door_with_its_own_wrapper(reference):
     for t in range(STEPS):
         obs, reward, terminated, truncated, _ = env.step(torch.from_numpy(actions(t)))
         ref = reference[t + 1]
-        np.testing.assert_array_equal(obs.numpy(), ref.obs)
-        np.testing.assert_array_equal(reward.numpy(), ref.reward[:, None])
+        same_floats(obs.numpy(), ref.obs)
+        same_floats(reward.numpy(), ref.reward[:, None])
         np.testing.assert_array_equal(terminated.numpy(), ref.terminated[:, None])
         np.testing.assert_array_equal(truncated.numpy(), ref.truncated[:, None])
 

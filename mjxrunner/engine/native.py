@@ -43,6 +43,8 @@ from mujoco import batch as mjbatch
 from mujoco import mjx
 from mujoco.mjx._src.dataclasses import PyTreeNode
 
+from mjxrunner.engine import native_ffi  # the C++ handler of the host call
+
 # mjx.Data fields that are components of each world's exact state row.
 STATE_FIELDS = (
     "time",
@@ -533,10 +535,8 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         jax.ShapeDtypeStruct((n, 2), jnp.int32),
     )
     operands = (data._impl.state, seen, pack(shared, (1,)), pack(per_world, (n,)))
-    from mjxrunner.engine import native_ffi  # the C++ handler of the same call
-
     if native_ffi.serves(host):
-        bits, packed, flags = native_ffi.call(host, call, shapes, *operands)
+        bits, packed, flags = native_ffi.call(host, call, shapes, *operands, SETCONST_FIELDS)
     else:
         bits, packed, flags = jax.pure_callback(
             functools.partial(host.run, call), shapes, *operands, vmap_method="sequential"

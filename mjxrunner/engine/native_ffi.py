@@ -244,15 +244,14 @@ def _spec(items: tuple) -> str:
 
 
 @functools.cache
-def _setconst() -> str:
-    from mjxrunner.engine import native
-
-    return ",".join(sorted(native.SETCONST_FIELDS))
+def _setconst(fields: frozenset) -> str:
+    return ",".join(sorted(fields))
 
 
-def call(host: Any, call: Any, shapes: tuple, state, seen, shared, per_world):
+def call(host: Any, call: Any, shapes: tuple, state, seen, shared, per_world, setconst: frozenset):
     """The FFI call that replaces ``jax.pure_callback(host.run, ...)`` in
-    :func:`mjxrunner.engine.native._run`: same operands, same results."""
+    :func:`mjxrunner.engine.native._run`: same operands, same results; ``setconst``
+    names the model fields whose change makes MuJoCo set a world up again."""
     return jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")(
         state,
         seen,
@@ -264,7 +263,7 @@ def call(host: Any, call: Any, shapes: tuple, state, seen, shared, per_world):
         outputs=_spec(call.outputs),
         shared_fields=_spec(call.shared),
         world_fields=_spec(call.per_world),
-        setconst_fields=_setconst(),
+        setconst_fields=_setconst(setconst),
     )
 
 
