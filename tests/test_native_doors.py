@@ -523,7 +523,9 @@ def test_every_kit_term_reaches_mujocos_step(puck):
     for prev, now in itertools.pairwise(states):
         v, v_prev = np.asarray(now.obs["velocity"]), np.asarray(prev.obs["velocity"])
         kept = np.asarray(now.episode_length) > 0
-        np.testing.assert_array_equal(v[kept, :-2], v_prev[kept, 2:])
+        # Within float32 rounding: XLA may compute a noisy value once for the history
+        # and again, fused, for the observation, and two fusions can round differently.
+        np.testing.assert_allclose(v[kept, :-2], v_prev[kept, 2:], rtol=1e-6, atol=1e-7)
         restarted = ~kept
         np.testing.assert_array_equal(v[restarted, :2], v[restarted, -2:])
     noise = np.concatenate(

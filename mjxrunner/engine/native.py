@@ -2,7 +2,8 @@
 
 The worlds are stepped by :class:`mujoco.batch.Batch` (MuJoCo's thread pool over
 ``mjSTATE_INTEGRATION`` rows), called once per step from inside the compiled step
-through ``jax.pure_callback``. Everything else (resets, guards, tasks, doors,
+through an XLA FFI handler (:mod:`.native_ffi`; ``jax.pure_callback`` where it
+cannot be built). Everything else (resets, guards, tasks, doors,
 checkpoints, sharding over processes) sees an ordinary batched ``mjx.Data``:
 
 * :class:`Data` is an ``mjx.Data`` whose ``_impl`` is :class:`DataC`. Its public
@@ -330,15 +331,18 @@ class Host:
             self._sims[n] = _Sim(self, n)
         return self._sims[n]
 
-    def run(self, call: "Call", state, seen, shared, per_world):
+    def run(self, call: "Call", state, shared, per_world, *fields):
         """The host function of a call; see :func:`_run` for the operands."""
         # The callback may be handed jax Arrays: an operation on one would dispatch a
         # computation from inside the running one (slow, and it can wait forever on
         # XLA's limit of computations in flight). NumPy views of them do not.
-        state, seen, shared, per_world = (np.asarray(x) for x in (state, seen, shared, per_world))
+        state, shared, per_world = (np.asarray(x) for x in (state, shared, per_world))
         n = state.shape[0]
+        seen = np.concatenate([np.asarray(f).reshape(n, -1) for f in fields], axis=1)
         with self._lock:
-            return self.sim(n).run(call, state, seen, shared, per_world)
+            bits, packed, flags = self.sim(n).run(call, state, seen, shared, per_world)
+        sizes = [size for _, size in (*self.fields, *call.outputs)]
+        return (bits, flags, *np.split(packed, np.cumsum(sizes)[:-1], axis=1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -491,9 +495,10 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
     """One host call over a batch: ``data`` leaves ``(n, ...)``; model leaves
     ``(n, ...)`` where ``model_batched`` says so, else their core shape.
 
-    The operands are packed into few arrays (each operand of a callback costs a
-    conversion): the exact state bits, the state fields as the data holds them in
-    the state row's order, and the model fields, shared and per world.
+    The operands: the exact state bits, the model fields packed (shared and per
+    world), and the state fields as the data holds them in the state row's order.
+    The results: the new bits, contacts and divergence flags, and each state and
+    derived field.
     """
     host = model._impl.host
     n = data.qpos.shape[0]
@@ -503,9 +508,7 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         leaf = _leaf(model, path)
         batched = _leaf(model_batched, path)
         (per_world if batched else shared).append((path, leaf))
-    seen = jnp.concatenate(
-        [getattr(data, name).reshape(n, -1).astype(floats) for name, _ in host.fields], axis=1
-    )
+    fields = tuple(getattr(data, name).reshape(n, -1).astype(floats) for name, _ in host.fields)
     position = how == "position"
     outputs = tuple(
         (name, int(np.prod(getattr(data, name).shape[1:], dtype=int)))
@@ -528,25 +531,28 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         [jnp.zeros((*lead, 0), floats)] + [x.reshape(*lead, -1).astype(floats) for _, x in items],
         axis=-1,
     )
-    total = host.nstate + sum(size for _, size in outputs)
+    # One result per field (the host writes each in place): slicing one packed
+    # result costs XLA a copy per field and step.
+    named = (*host.fields, *outputs)
     shapes = (
         jax.ShapeDtypeStruct(data._impl.state.shape, jnp.uint32),
-        jax.ShapeDtypeStruct((n, total), floats),
         jax.ShapeDtypeStruct((n, 2), jnp.int32),
+        *(jax.ShapeDtypeStruct((n, size), floats) for _, size in named),
     )
-    operands = (data._impl.state, seen, pack(shared, (1,)), pack(per_world, (n,)))
+    operands = (data._impl.state, pack(shared, (1,)), pack(per_world, (n,)))
     if native_ffi.serves(host):
-        bits, packed, flags = native_ffi.call(host, call, shapes, *operands, SETCONST_FIELDS)
-    else:
-        bits, packed, flags = jax.pure_callback(
-            functools.partial(host.run, call), shapes, *operands, vmap_method="sequential"
+        bits, flags, *results = native_ffi.call(
+            host, call, shapes, *operands, fields, SETCONST_FIELDS
         )
-    updates, impl, offset = {}, {}, 0
-    for name, size in (*host.fields, *outputs):
+    else:
+        bits, flags, *results = jax.pure_callback(
+            functools.partial(host.run, call), shapes, *operands, *fields, vmap_method="sequential"
+        )
+    updates, impl = {}, {}
+    for (name, _), value in zip(named, results, strict=True):
         target = impl if name in IMPL_FIELDS else updates
         like = getattr(data._impl if name in IMPL_FIELDS else data, name)
-        target[name] = packed[:, offset : offset + size].reshape(like.shape).astype(like.dtype)
-        offset += size
+        target[name] = value.reshape(like.shape).astype(like.dtype)
     impl = data._impl.replace(state=bits, ncon=flags[:, 0], diverged=flags[:, 1] != 0, **impl)
     return data.replace(**updates, _impl=impl)
 

@@ -1,15 +1,20 @@
 // Impl "c"'s host call as an XLA FFI handler: what native._Sim.run does, in C.
 //
 // XLA hands the handler its operands and results in place (no copies), and the
-// packing that _Sim.run does in NumPy (the dirty check of the state, the rounding
-// of the state and the derived fields to the data's float type) runs here.
+// work that _Sim.run does in NumPy (the dirty check of the state, the rounding of
+// the state and the derived fields to the data's float type) runs here. Every
+// data field is an operand or a result of its own: packing them into one array
+// would cost XLA a slice and a copy per field and step, more than the step of a
+// small model.
 //
 // Operands: state (n, nstate, 2) u32, the bits of each world's float64
-// mjSTATE_INTEGRATION row; seen (n, nstate) float, the state fields as the data
-// holds them; shared (1, P) and per_world (n, Q) float, model fields.
-// Results: bits (n, nstate, 2) u32; packed (n, nstate + outputs) float, the new
-// state rounded to the data's float type followed by the derived fields; flags
-// (n, 2) s32: contacts, and whether MuJoCo reset the world because it diverged.
+// mjSTATE_INTEGRATION row; shared (1, P) and per_world (n, Q) float, model fields;
+// then the state fields as the data holds them, (n, size) float each, in the
+// order of the state row.
+// Results: bits (n, nstate, 2) u32; flags (n, 2) s32: contacts, and whether
+// MuJoCo reset the world because it diverged; then the state fields of the new
+// row rounded to the data's float type, in the same order; then the derived
+// fields named by `outputs`, (n, size) float each.
 //
 // The rules are those of native.py: a state value that differs from the float
 // rounding of the exact one was written by someone and is taken; a model field
@@ -22,7 +27,7 @@
 // mjData, the function below runs mj_step (nstep times), mj_forward or
 // mj_fwdPosition, which is what mjb_step, mjb_forward(mjSTAGE_ACC) and
 // mjb_forward(mjSTAGE_POS) run, and writes the world's derived fields straight
-// into XLA's result, rounded, on the same thread; the batch saves the row. Bound
+// into XLA's results, rounded, on the same thread; the batch saves the row. Bound
 // outputs (mjb_output) would copy every derived field once more, single-file.
 //
 // One mjBatch per (host, n), made at first use; a host is registered by Python
@@ -160,7 +165,6 @@ enum How { kStep, kForward, kPosition };
 struct Plan {
   How how;
   std::vector<DataField> outputs;
-  long width;  // nstate + sum of output sizes
   std::vector<Param> shared, per_world;
   long nshared, nper_world;
 };
@@ -199,8 +203,7 @@ template <typename T>
 struct CallArgs {
   const Plan* plan;
   int nstep;
-  int nstate;
-  T* packed;
+  T* const* outputs;  // one (n, size) result per plan output
   int32_t* flags;
 };
 
@@ -220,11 +223,11 @@ void RunOne(const mjModel* m, mjData* d, int sim, void* arg) {
   }
   a.flags[2 * sim] = d->ncon;
   a.flags[2 * sim + 1] = divergence.Finish(d->warning);
-  T* out = a.packed + sim * plan.width + a.nstate;
-  for (const DataField& f : plan.outputs) {
+  for (size_t k = 0; k < plan.outputs.size(); ++k) {
+    const DataField& f = plan.outputs[k];
     const mjtNum* src = d->*f.member;
+    T* out = a.outputs[k] + sim * f.size;
     for (long j = 0; j < f.size; ++j) out[j] = static_cast<T>(src[j]);
-    out += f.size;
   }
 }
 
@@ -297,7 +300,6 @@ struct Sim {
       *error = "impl 'c': a malformed list of outputs";
       return nullptr;
     }
-    plan->width = nstate;
     for (auto& [name, size] : items) {
       DataField field;
       if (!DataMember(host, name, &field)) {
@@ -310,7 +312,6 @@ struct Sim {
         return nullptr;
       }
       plan->outputs.push_back(field);
-      plan->width += size;
     }
     std::set<std::string> setconst;
     std::string listed(setconst_fields);
@@ -394,17 +395,28 @@ struct Sim {
         ": " + (first < n ? mjb_error(batch, first) : ""));
   }
 
+  // The state fields: `seen` and `rounded` hold one (n, sizes[k]) array per field
+  // of the row, in its order; `outputs` one (n, size) array per plan output.
   template <typename T>
-  ffi::Error Run(const Plan& plan, int nstep, const uint32_t* state, const T* seen,
-                 const T* shared, const T* per_world, uint32_t* bits, T* packed, int32_t* flags) {
+  ffi::Error Run(const Plan& plan, int nstep, const uint32_t* state,
+                 const std::vector<const T*>& seen, const std::vector<long>& sizes,
+                 const T* shared, const T* per_world, uint32_t* bits,
+                 const std::vector<T*>& rounded, const std::vector<T*>& outputs,
+                 int32_t* flags) {
     const long size = static_cast<long>(n) * nstate;
     mjtNum* rows = mjb_state(batch);
     // A state value that is not the rounding of the exact one was written: take it.
-    for (long k = 0; k < size; ++k) {
-      double exact;
-      std::memcpy(&exact, state + 2 * k, sizeof(double));
-      T s = seen[k];
-      rows[k] = s == static_cast<T>(exact) ? exact : static_cast<double>(s);
+    for (int i = 0; i < n; ++i) {
+      const long row = static_cast<long>(i) * nstate;
+      long col = 0;
+      for (size_t k = 0; k < seen.size(); ++k) {
+        const T* s = seen[k] + i * sizes[k];
+        for (long j = 0; j < sizes[k]; ++j, ++col) {
+          double exact;
+          std::memcpy(&exact, state + 2 * (row + col), sizeof(double));
+          rows[row + col] = s[j] == static_cast<T>(exact) ? exact : static_cast<double>(s[j]);
+        }
+      }
     }
     std::string error;
     moved.assign(n, 0);
@@ -420,14 +432,17 @@ struct Sim {
       int nfail = mjb_setConst(batch, ids.data(), static_cast<int>(ids.size()));
       if (nfail) return Failed(nfail, "mj_setConst");
     }
-    CallArgs<T> args{&plan, nstep, nstate, packed, flags};
+    CallArgs<T> args{&plan, nstep, outputs.data(), flags};
     int nfail = mjb_apply(batch, nullptr, n, RunOne<T>, &args, /*save=*/1);
     if (nfail) return Failed(nfail, "the step");
     std::memcpy(bits, rows, sizeof(double) * size);
     for (int i = 0; i < n; ++i) {
       const mjtNum* row = rows + static_cast<long>(i) * nstate;
-      T* out = packed + i * plan.width;
-      for (int j = 0; j < nstate; ++j) out[j] = static_cast<T>(row[j]);
+      for (size_t k = 0; k < rounded.size(); ++k) {
+        T* out = rounded[k] + i * sizes[k];
+        for (long j = 0; j < sizes[k]; ++j) out[j] = static_cast<T>(row[j]);
+        row += sizes[k];
+      }
     }
     return ffi::Error::Success();
   }
@@ -498,9 +513,54 @@ class NativeFloats {
   unsigned saved_ = 0;
 };
 
-ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer seen, ffi::AnyBuffer shared,
-                    ffi::AnyBuffer per_world, ffi::Result<ffi::Buffer<ffi::U32>> bits,
-                    ffi::Result<ffi::AnyBuffer> packed, ffi::Result<ffi::Buffer<ffi::S32>> flags,
+template <typename T>
+ffi::Error Dispatch(Sim* sim, const Plan& plan, int steps, const uint32_t* state,
+                    ffi::AnyBuffer shared, ffi::AnyBuffer per_world, ffi::RemainingArgs fields,
+                    uint32_t* bits, ffi::RemainingRets results, int32_t* flags,
+                    ffi::DataType dtype) {
+  const int n = sim->n;
+  const size_t nfields = fields.size();
+  if (results.size() != nfields + plan.outputs.size()) {
+    return ffi::Error::InvalidArgument("impl 'c': results disagree with the call's outputs");
+  }
+  std::vector<const T*> seen(nfields);
+  std::vector<long> sizes(nfields);
+  std::vector<T*> rounded(nfields), outputs(plan.outputs.size());
+  long total = 0;
+  for (size_t k = 0; k < nfields; ++k) {
+    auto arg = fields.get<ffi::AnyBuffer>(k);
+    auto ret = results.get<ffi::AnyBuffer>(k);
+    if (!arg.has_value() || !ret.has_value()) return ffi::Error::Internal("impl 'c': a state field");
+    if (arg->element_type() != dtype || (*ret)->element_type() != dtype ||
+        arg->element_count() % n != 0 || (*ret)->element_count() != arg->element_count()) {
+      return ffi::Error::InvalidArgument("impl 'c': state fields of other types or sizes");
+    }
+    sizes[k] = static_cast<long>(arg->element_count() / n);
+    total += sizes[k];
+    seen[k] = arg->typed_data<T>();
+    rounded[k] = (*ret)->typed_data<T>();
+  }
+  if (total != sim->nstate) {
+    return ffi::Error::InvalidArgument("impl 'c': the state fields hold " + std::to_string(total) +
+                                       " values per world, the state row " +
+                                       std::to_string(sim->nstate));
+  }
+  for (size_t k = 0; k < plan.outputs.size(); ++k) {
+    auto ret = results.get<ffi::AnyBuffer>(nfields + k);
+    if (!ret.has_value()) return ffi::Error::Internal("impl 'c': an output");
+    if ((*ret)->element_type() != dtype ||
+        (*ret)->element_count() != static_cast<size_t>(n * plan.outputs[k].size)) {
+      return ffi::Error::InvalidArgument("impl 'c': an output of another type or size");
+    }
+    outputs[k] = (*ret)->typed_data<T>();
+  }
+  return sim->Run<T>(plan, steps, state, seen, sizes, shared.typed_data<T>(),
+                     per_world.typed_data<T>(), bits, rounded, outputs, flags);
+}
+
+ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::AnyBuffer per_world,
+                    ffi::RemainingArgs fields, ffi::Result<ffi::Buffer<ffi::U32>> bits,
+                    ffi::Result<ffi::Buffer<ffi::S32>> flags, ffi::RemainingRets results,
                     int64_t token, std::string_view how, int64_t nstep,
                     std::string_view outputs, std::string_view shared_fields,
                     std::string_view world_fields, std::string_view setconst_fields) {
@@ -511,12 +571,11 @@ ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer seen, ffi::AnyBu
   }
   const int n = static_cast<int>(dims[0]);
   const long nstate = static_cast<long>(dims[1]);
-  ffi::DataType dtype = seen.element_type();
+  ffi::DataType dtype = shared.element_type();
   if (dtype != ffi::DataType::F32 && dtype != ffi::DataType::F64) {
     return ffi::Error::InvalidArgument("impl 'c': float operands must be float32 or float64");
   }
-  if (shared.element_type() != dtype || per_world.element_type() != dtype ||
-      packed->element_type() != dtype) {
+  if (per_world.element_type() != dtype) {
     return ffi::Error::InvalidArgument("impl 'c': float operands of different types");
   }
   std::shared_ptr<Host> host = Find(token);
@@ -532,10 +591,8 @@ ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer seen, ffi::AnyBu
   }
   const Plan* plan = sim->Resolve(how, outputs, shared_fields, world_fields, setconst_fields, &error);
   if (!plan) return ffi::Error::Internal(error);
-  if (seen.element_count() != static_cast<size_t>(n * nstate) ||
-      shared.element_count() != static_cast<size_t>(plan->nshared) ||
+  if (shared.element_count() != static_cast<size_t>(plan->nshared) ||
       per_world.element_count() != static_cast<size_t>(n * plan->nper_world) ||
-      packed->element_count() != static_cast<size_t>(n * plan->width) ||
       flags->element_count() != static_cast<size_t>(2 * n)) {
     return ffi::Error::InvalidArgument("impl 'c': operand or result sizes disagree with the call");
   }
@@ -544,13 +601,11 @@ ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer seen, ffi::AnyBu
   int32_t* out_flags = flags->typed_data();
   int steps = static_cast<int>(nstep);
   if (dtype == ffi::DataType::F32) {
-    return sim->Run<float>(*plan, steps, in, seen.typed_data<float>(),
-                           shared.typed_data<float>(), per_world.typed_data<float>(), out_bits,
-                           packed->typed_data<float>(), out_flags);
+    return Dispatch<float>(sim, *plan, steps, in, shared, per_world, fields, out_bits, results,
+                           out_flags, dtype);
   }
-  return sim->Run<double>(*plan, steps, in, seen.typed_data<double>(),
-                          shared.typed_data<double>(), per_world.typed_data<double>(), out_bits,
-                          packed->typed_data<double>(), out_flags);
+  return Dispatch<double>(sim, *plan, steps, in, shared, per_world, fields, out_bits, results,
+                          out_flags, dtype);
 }
 
 }  // namespace
@@ -558,12 +613,12 @@ ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer seen, ffi::AnyBu
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MjxrHostCall, HostCall,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::U32>>()  // state
-                                  .Arg<ffi::AnyBuffer>()         // seen
                                   .Arg<ffi::AnyBuffer>()         // shared
                                   .Arg<ffi::AnyBuffer>()         // per_world
+                                  .RemainingArgs()               // state fields
                                   .Ret<ffi::Buffer<ffi::U32>>()  // bits
-                                  .Ret<ffi::AnyBuffer>()         // packed
                                   .Ret<ffi::Buffer<ffi::S32>>()  // flags
+                                  .RemainingRets()               // state fields, outputs
                                   .Attr<int64_t>("host")
                                   .Attr<std::string_view>("how")
                                   .Attr<int64_t>("nstep")
@@ -575,7 +630,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MjxrHostCall, HostCall,
 extern "C" {
 
 // The ABI of this file: Python checks it before use.
-MJXR_EXPORT int mjxr_version() { return 1; }
+MJXR_EXPORT int mjxr_version() { return 2; }
 
 // Makes `token` name the host model at `model` (an mjModel*), stepped on `nthread`
 // threads. The model must stay alive until mjxr_release(token).

@@ -51,7 +51,7 @@ import numpy as np
 
 SOURCE = Path(__file__).with_name("native_ffi.cc")
 TARGET = "mjxrunner_native_host_call"
-ABI = 1  # mjxr_version() of the source this module speaks to
+ABI = 2  # mjxr_version() of the source this module speaks to
 
 MODE_ENV = "MJXRUNNER_HOST_CALL"
 CXX_ENV = "MJXRUNNER_CXX"
@@ -248,15 +248,17 @@ def _setconst(fields: frozenset) -> str:
     return ",".join(sorted(fields))
 
 
-def call(host: Any, call: Any, shapes: tuple, state, seen, shared, per_world, setconst: frozenset):
+def call(
+    host: Any, call: Any, shapes: tuple, state, shared, per_world, fields, setconst: frozenset
+):
     """The FFI call that replaces ``jax.pure_callback(host.run, ...)`` in
     :func:`mjxrunner.engine.native._run`: same operands, same results; ``setconst``
     names the model fields whose change makes MuJoCo set a world up again."""
     return jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")(
         state,
-        seen,
         shared,
         per_world,
+        *fields,
         host=np.int64(_token(host)),
         how=call.how,
         nstep=np.int64(call.nstep),
