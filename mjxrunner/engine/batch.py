@@ -145,7 +145,7 @@ class Engine:
       default_model: the model that resets restore and randomization draws around.
       state: the :class:`~mjxrunner.RunnerState` of every world.
       default: the snapshot resets restore (counters and flags cleared).
-      ref: what rebuilding mass-derived constants needs (None until masses change).
+      ref: what rebuilding mj_setConst's constants needs (None until their inputs change).
     """
 
     config: Config = static_field()
@@ -261,9 +261,9 @@ def place(eng: Engine, mesh: Mesh | None) -> Engine:
 def with_ref(
     config: Config, ref: params.Reference | None, mj_model: mujoco.MjModel, paths: Any
 ) -> params.Reference | None:
-    """``ref``, built now if it is None and ``paths`` touch masses (whose derived
+    """``ref``, built now if it is None and ``paths`` touch ``params.CONST_INPUTS`` (whose derived
     constants need it). Impl "c" needs none: MuJoCo derives them itself."""
-    if ref is not None or not set(paths) & params.MASS_FIELDS or config.backend.impl == "c":
+    if ref is not None or not set(paths) & params.CONST_INPUTS or config.backend.impl == "c":
         return ref
     return put(params.Reference.build(mj_model, config.backend.device), config.replace(mesh=None))
 

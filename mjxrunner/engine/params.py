@@ -5,12 +5,17 @@ it a world axis promotes it and setting it back to its core shape demotes it. Th
 step derives its ``vmap`` axes from :func:`mjxrunner.world_mask`, so the same code
 serves both.
 
-Changing masses, inertias or armature changes what ``mj_setConst`` computed at
-compile time. MJX reads three of those derived fields: ``body_subtreemass``,
-``body_invweight0`` (contact and weld/connect softness) and ``dof_invweight0`` (joint
-limits and friction loss). :func:`recompute_derived` rebuilds them per world, at
-``qpos0``, the way MuJoCo does. Parameters whose derived quantities we do not rebuild
-(geometry that MJX caches, ``tendon_invweight0`` of models with tendons) are refused.
+Changing masses, inertias, armature, body or inertial-frame positions, or ``qpos0``
+changes what ``mj_setConst`` computed at compile time. MJX reads these derived
+fields: ``body_subtreemass``, ``body_invweight0`` (contact and weld/connect
+softness), ``dof_invweight0`` (joint limits and friction loss) and the offsets of
+cameras that track a body (``cam_pos0``, ``cam_poscom0``, ``cam_mat0``).
+:func:`recompute_derived` rebuilds them per world, at the world's ``qpos0``, the way
+MuJoCo does (impl "c" runs MuJoCo's own ``mj_setConst``). Parameters whose derived
+quantities we do not rebuild (geometry that MJX caches, ``tendon_invweight0`` and
+``tendon_length0`` of models with tendons, the offsets of lights that follow a
+body) are refused, and so is a new ``body_ipos`` of a body whose inertial frame was
+compiled as its body frame (``body_sameframe``): MuJoCo C skips that offset.
 """
 
 from __future__ import annotations
@@ -37,17 +42,20 @@ from mjxrunner.engine.worlds import (
 
 # Fields whose change alters the derived constants above.
 MASS_FIELDS = frozenset({"body_mass", "body_inertia", "dof_armature"})
+# With the frames and the configuration the constants are derived at: all of them.
+CONST_INPUTS = MASS_FIELDS | {"body_pos", "body_ipos", "qpos0"}
+# Of those, the ones that also move the offsets of lights that follow a body.
+FRAME_FIELDS = frozenset({"body_pos", "body_ipos", "qpos0"})
 
 # Fields MJX caches derived data for (bounding spheres, same-frame flags, ...): a new
 # value would be silently inconsistent, so they are refused.
 REFUSED = {
     "geom_size": "it sets geom_rbound/geom_aabb, which MJX caches for collision",
     "geom_rbound": "it is derived from geom_size at compile time",
-    "body_pos": "it sets body_sameframe flags and invweight0 at compile time",
-    "body_quat": "it sets body_sameframe flags and invweight0 at compile time",
-    "body_ipos": "it sets body_sameframe flags and invweight0 at compile time",
-    "body_iquat": "it sets body_sameframe flags and invweight0 at compile time",
-    "qpos0": "it sets every quantity mj_setConst computes at qpos0",
+    "body_quat": "a quaternion drawn or set element by element leaves the unit sphere, "
+    "and it sets body_sameframe flags at compile time",
+    "body_iquat": "a quaternion drawn or set element by element leaves the unit sphere, "
+    "and it sets body_sameframe flags at compile time",
     "body_subtreemass": "it is derived; set body_mass instead",
     "body_invweight0": "it is derived; set body_mass/body_inertia instead",
     "dof_invweight0": "it is derived; set body_mass/body_inertia/dof_armature instead",
@@ -107,11 +115,41 @@ def check_settable(model: mjx.Model, path: str) -> jax.Array:
         )
     if not jnp.issubdtype(leaf.dtype, jnp.floating):
         raise TypeError(f"{path!r} has dtype {leaf.dtype}; only float fields can be set")
-    if path in MASS_FIELDS and model.ntendon:
+    if path in CONST_INPUTS and model.ntendon:
         raise ValueError(
-            f"{path!r} changes tendon_invweight0, which is not recomputed for models with tendons"
+            f"{path!r} changes tendon_invweight0 and tendon_length0, which are not "
+            "recomputed for models with tendons"
+        )
+    fixed = mujoco.mjtCamLight.mjCAMLIGHT_FIXED
+    if path in FRAME_FIELDS and np.any(np.asarray(model.light_mode) != fixed):
+        raise ValueError(
+            f"{path!r} changes the offsets of lights that follow a body (light_pos0, "
+            "light_poscom0), which are not recomputed: make the lights fixed to change it"
         )
     return leaf
+
+
+def check_inertial_frames(model: mjx.Model, path: str, *values: np.ndarray) -> None:
+    """Refuses a new ``body_ipos`` of a body compiled with its inertial frame at its
+    body frame (``body_sameframe``): MuJoCo C copies the body frame for those bodies,
+    whatever ``body_ipos`` holds. ``values``: arrays of ``(..., nbody, 3)`` that may
+    be written (shared or per world)."""
+    if path != "body_ipos":
+        return
+    base = np.asarray(get_leaf(model, path))
+    changed = np.zeros(base.shape[-2], bool)
+    for v in values:
+        v = np.asarray(v)
+        differs = v != np.broadcast_to(base, v.shape) if v.ndim >= base.ndim else v != base
+        changed |= differs.reshape(-1, *differs.shape[-2:]).any(axis=(0, 2))
+    same = np.asarray(model.body_sameframe) == mujoco.mjtSameFrame.mjSAMEFRAME_BODY
+    bad = np.flatnonzero(same & changed)
+    if bad.size:
+        raise ValueError(
+            f"'body_ipos' of bodies {bad.tolist()} cannot change: their inertial frame "
+            "was compiled as the body frame (body_sameframe), which MuJoCo keeps. Give "
+            "them a nonzero inertial offset in the model, or leave them out (index=)"
+        )
 
 
 def check_values(path: str, values: np.ndarray, upper: np.ndarray | None = None) -> None:
@@ -144,7 +182,7 @@ def check_values(path: str, values: np.ndarray, upper: np.ndarray | None = None)
 
 
 def _derived_one_world(m: mjx.Model, d: mjx.Data, mj: mujoco.MjModel) -> dict[str, jax.Array]:
-    """``body_subtreemass``, ``body_invweight0``, ``dof_invweight0`` of one world."""
+    """The :data:`DERIVED` constants of one world, as ``mj_setConst`` computes them."""
     d = d.replace(qpos=m.qpos0)
     d = mjx.kinematics(m, d)
     d = mjx.com_pos(m, d)
@@ -184,11 +222,33 @@ def _derived_one_world(m: mjx.Model, d: mjx.Data, mj: mujoco.MjModel) -> dict[st
             w = minv[adr, adr][None]
         dof_w = dof_w.at[adr : adr + w.shape[0]].set(w)
 
+    # Cameras as mj_setConst places them: their own frame on their body at qpos0,
+    # offset from the body and from the target's (else the body's) subtree com.
+    body = np.asarray(mj.cam_bodyid)
+    target = np.where(mj.cam_targetbodyid >= 0, mj.cam_targetbodyid, body)
+    cam_xmat = d.xmat[body] @ jax.vmap(_quat_to_mat)(m.cam_quat)
+    cam_xpos = d.xpos[body] + jnp.einsum("cij,cj->ci", d.xmat[body], m.cam_pos)
+
     return {
         "body_subtreemass": subtree,
         "body_invweight0": jnp.stack(body_w),
         "dof_invweight0": dof_w,
+        "cam_pos0": cam_xpos - d.xpos[body],
+        "cam_poscom0": cam_xpos - d.subtree_com[target],
+        "cam_mat0": cam_xmat,
     }
+
+
+def _quat_to_mat(q: jax.Array) -> jax.Array:
+    """The rotation matrix of unit quaternion ``q`` (w, x, y, z)."""
+    w, x, y, z = q
+    return jnp.array(
+        [
+            [w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z],
+        ]
+    )
 
 
 @pytree_dataclass
@@ -213,28 +273,29 @@ class Reference:
 
 
 def recompute_derived(model: mjx.Model, ref: Reference) -> mjx.Model:
-    """Rebuilds the constants MJX reads that depend on masses and inertias.
+    """Rebuilds the constants MJX reads that depend on masses, inertias, frames and
+    ``qpos0`` (:data:`CONST_INPUTS`).
 
-    World-indexed mass fields give world-indexed derived fields; a model whose mass
-    fields are all shared gets shared derived fields. Works for either impl: the
+    World-indexed inputs give world-indexed derived fields; a model whose inputs are
+    all shared gets shared derived fields. Works for either impl: the
     constants are computed with MJX's JAX functions on ``ref``.
     """
     if native.is_native(model):
         return model  # MuJoCo's own mj_setConst runs per world on the host (see native)
     axes = world_axes(model)
-    masses = {f: getattr(model, f) for f in MASS_FIELDS}
-    mass_axes = {f: getattr(axes, f) for f in MASS_FIELDS}
+    inputs = {f: getattr(model, f) for f in CONST_INPUTS}
+    input_axes = {f: getattr(axes, f) for f in CONST_INPUTS}
 
-    def one(masses):
+    def one(inputs):
         m = ref.model.replace(
-            **{k: v.astype(getattr(ref.model, k).dtype) for k, v in masses.items()}
+            **{k: v.astype(getattr(ref.model, k).dtype) for k, v in inputs.items()}
         )
         return _derived_one_world(m, ref.data, ref.mj_model)
 
-    if any(a == 0 for a in mass_axes.values()):
-        derived = jax.vmap(one, in_axes=(mass_axes,))(masses)
+    if any(a == 0 for a in input_axes.values()):
+        derived = jax.vmap(one, in_axes=(input_axes,))(inputs)
     else:
-        derived = one(masses)
+        derived = one(inputs)
     return model.replace(**{k: v.astype(getattr(model, k).dtype) for k, v in derived.items()})
 
 
@@ -316,17 +377,18 @@ def check_randomization(
     return Randomization(terms, on_reset, every_n_steps) if terms else None
 
 
-def touches_masses(rand: Randomization | None) -> bool:
-    """Whether a redraw changes masses (and so needs a :class:`Reference`)."""
-    return rand is not None and bool({t.path for t in rand.terms} & MASS_FIELDS)
+def touches_constants(rand: Randomization | None) -> bool:
+    """Whether a redraw changes what ``mj_setConst`` derives from (and so needs a
+    :class:`Reference`)."""
+    return rand is not None and bool({t.path for t in rand.terms} & CONST_INPUTS)
 
 
 def promote(model: mjx.Model, rand: Randomization | None, num_envs: int) -> mjx.Model:
     """``model`` with every field a redraw writes given its world axis (the drawn
-    fields, and the derived constants when masses are drawn)."""
+    fields, and the derived constants when their inputs are drawn)."""
     if rand is None:
         return model
-    paths = {t.path for t in rand.terms} | (set(DERIVED) if touches_masses(rand) else set())
+    paths = {t.path for t in rand.terms} | (set(DERIVED) if touches_constants(rand) else set())
     return model.tree_replace({p: per_world(model, p, num_envs) for p in paths})
 
 
@@ -369,6 +431,7 @@ def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
     for path, (lo, hi, which) in bounds.items():
         try:
             check_values(path, lo, hi)
+            check_inertial_frames(model, path, lo, hi)
         except ValueError as e:
             named = ", ".join(f"{i} {terms[i]!r}" for i in which)
             raise ValueError(
@@ -394,7 +457,14 @@ def per_world(model: mjx.Model, path: str, num_envs: int) -> jax.Array:
     return leaf
 
 
-DERIVED = ("body_subtreemass", "body_invweight0", "dof_invweight0")
+DERIVED = (
+    "body_subtreemass",
+    "body_invweight0",
+    "dof_invweight0",
+    "cam_pos0",
+    "cam_poscom0",
+    "cam_mat0",
+)
 
 
 def randomize(
@@ -416,7 +486,7 @@ def randomize(
       keys: ``(num_envs, 2)`` uint32 raw keys, one per world.
       mask: ``(num_envs,)`` bool, the worlds that get new draws.
       terms: the randomized parameters (validate with :func:`check_terms`).
-      ref: needed when a term touches masses, to rebuild derived constants.
+      ref: needed when a term touches :data:`CONST_INPUTS`, to rebuild derived constants.
 
     Returns:
       The model with the selected worlds' fields redrawn.
@@ -433,9 +503,11 @@ def randomize(
         drawn[term.path] = drawn.get(term.path, base).at[where].set(value)
     fresh = model.tree_replace(drawn)
     changed = set(drawn)
-    if changed & MASS_FIELDS and not native.is_native(fresh):  # impl "c": MuJoCo derives them
+    if changed & CONST_INPUTS and not native.is_native(fresh):  # impl "c": MuJoCo derives them
         if ref is None:
-            raise ValueError("terms on masses need ref (a params.Reference) to rebuild constants")
+            raise ValueError(
+                "terms on mj_setConst inputs need ref (a params.Reference) to rebuild constants"
+            )
         fresh = recompute_derived(fresh, ref)
         changed |= set(DERIVED)
     # Give the current model the same world axes, so only masked worlds change.
@@ -489,6 +561,7 @@ def new_values(model: mjx.Model, path: str, values: Any, env_ids: Any, num_envs:
         new = new.copy()
         new[ids] = vals
     check_values(path, new)
+    check_inertial_frames(model, path, new)
     return new
 
 
@@ -503,6 +576,7 @@ def field_values(model: mjx.Model, fields: Any) -> dict[str, np.ndarray]:
         leaf = check_settable(model, path)
         arr = checks.finite_array(value, f"value for {path!r}", core_shape(model, path), leaf.dtype)
         check_values(path, arr)
+        check_inertial_frames(model, path, arr)
         updates[path] = arr
     return updates
 
@@ -511,9 +585,9 @@ _recompute_jit = jax.jit(recompute_derived)
 
 
 def set_values(model: mjx.Model, updates: dict[str, Any], ref: Reference | None) -> mjx.Model:
-    """``model`` with validated ``updates`` written; mass changes rebuild the derived
-    constants (``ref`` needed then)."""
+    """``model`` with validated ``updates`` written; changes of :data:`CONST_INPUTS`
+    rebuild the derived constants (``ref`` needed then)."""
     model = model.tree_replace(updates)
-    if set(updates) & MASS_FIELDS:
+    if set(updates) & CONST_INPUTS:
         model = _recompute_jit(model, ref)
     return model
