@@ -1,4 +1,4 @@
-"""Renders a thumbnail of every scene in models/ into docs/images/<name>.png.
+"""Renders a thumbnail of every scene (models/ and the robots) into docs/images/<name>.png.
 
 Each scene is posed with native MuJoCo (a keyframe, a few settling steps or a set
 pose), then drawn through :class:`mjxrunner.render.WorldRenderer` from one world's
@@ -35,6 +35,8 @@ POSES = {
     "acrobot": ({0: 2.3, 1: 0.9}, 0, None, 90),
     "ant": ({}, 150, None, 120),
     "cartpole": ({1: 0.5}, 0, None, 90),
+    "g1": ({}, 30, "track", 0),
+    "go1": ({}, 50, "track", 0),
     "hopper": ({3: -0.3, 4: -0.5, 5: 0.3}, 0, None, 90),
     "humanoid": ({}, 30, None, 140),
     "pendulum": ({0: 2.2}, 0, None, 90),

