@@ -36,7 +36,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from mjxrunner.doors import door
-from mjxrunner.engine import checks
+from mjxrunner.engine import cache, checks
 from mjxrunner.kit import render
 from mjxrunner.rl import env as env_
 from mjxrunner.tasks.base import Task
@@ -159,6 +159,10 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
     Per-world parameters and randomization: :meth:`set_param` and
     :meth:`set_randomization`, as on the runner.
 
+    Compiled programs: the door turns JAX's persistent compilation cache on in
+    mjxrunner's cache folder (:func:`mjxrunner.engine.cache.use_compile_cache`)
+    unless a cache folder is set already; ``MJXRUNNER_COMPILE_CACHE=0`` keeps it off.
+
     Spaces: ``single_observation_space`` is an unbounded float32 ``Box``, or for a
     task with observation terms a ``Dict`` of them (integer terms such as uint8
     images bounded by their dtype);
@@ -238,6 +242,9 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         self._done = np.zeros((self.num_envs,), bool)
         if camera is not None:
             self._world_renderer()._camera(camera)  # refuse a bad camera now
+        # Last, once nothing is refused: a second process makes this env's compiled
+        # programs from the cache (a robot's take minutes on impl "jax").
+        cache.use_compile_cache()
 
     @property
     def env(self) -> env_.Env:

@@ -340,6 +340,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from mjxrunner.engine import cache
+
+    cache.use_compile_cache()  # a second run reads its compiled programs back
     try:
         return args.func(args)
     except (ValueError, TypeError, NotImplementedError) as e:
