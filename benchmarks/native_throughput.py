@@ -34,7 +34,8 @@ set (``VmRSS``) from before ``make`` to after the first steps, divided by
     .venv/bin/python -m benchmarks.native_throughput --out benchmarks/results/native_throughput.md
 
 Impl "c" runs on any CPU; the rates depend on what steps the worlds from inside the
-compiled step (a ``jax.pure_callback`` today), so rerun this after that changes.
+compiled step (the C++ FFI host call, or ``jax.pure_callback`` where it cannot be
+built: ``backend_info["host_call"]``), so rerun this after that changes.
 """
 
 from __future__ import annotations
