@@ -43,24 +43,15 @@ from mjxrunner.engine import events, models
 from mjxrunner.engine.params import Term
 from mjxrunner.kit.observations import Noise, ObsConfig
 from mjxrunner.tasks.base import Task
-from mjxrunner.tasks.locomotion import (
+from mjxrunner.tasks.locomotion import (  # the ant's velocity task: the same terms
+    LATENCY,  # noqa: F401 - re-exported: the suggested latency
+    TERMS,  # noqa: F401 - re-exported: the observation terms
     TRACKING_SIGMA,
     Commands,
     base_velocity,
     projected_gravity,
     yaw_quaternion,
 )
-
-TERMS = (
-    "base_lin_vel",
-    "base_ang_vel",
-    "projected_gravity",
-    "joint_pos",
-    "joint_vel",
-    "last_action",
-    "command",
-)
-"""The observation's terms, in the order a policy concatenates them."""
 
 OBS_CONFIG = ObsConfig(
     noise={
@@ -73,9 +64,6 @@ OBS_CONFIG = ObsConfig(
     history={"joint_pos": 3, "joint_vel": 3},
 )
 """Uniform sensor noise (half-widths in the terms' units) and the last 3 joint readings."""
-
-LATENCY = events.Latency(0, 1)
-"""A suggested action latency: 0 or 1 control step (0 to 20 ms), drawn per episode."""
 
 PUSHES = events.Pushes(interval=(250, 500), velocity=((-0.5, 0.5), (-0.5, 0.5)))
 """Suggested pushes: a horizontal kick of up to 0.5 m/s every 5 to 10 s."""
