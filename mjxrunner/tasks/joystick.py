@@ -50,6 +50,7 @@ from mjxrunner.tasks.locomotion import (  # the ant's velocity task: the same te
     Commands,
     base_velocity,
     projected_gravity,
+    tracking_errors,
     yaw_quaternion,
 )
 
@@ -194,15 +195,11 @@ def joystick_task(
             "command": info["command"],
         }
 
-    def errors(data: mjx.Data, command: jax.Array) -> tuple[jax.Array, jax.Array]:
-        lin, ang = base_velocity(data)
-        return jnp.sum((command[:2] - lin[:2]) ** 2), (command[2] - ang[2]) ** 2
-
     def reward(model, data, action, next_data, info) -> jax.Array:
         del data
         layout = _layout(robot)
         command = info["command"]
-        lin_err, yaw_err = errors(next_data, command)
+        lin_err, yaw_err = tracking_errors(next_data, command)
         lin, ang = base_velocity(next_data)
         gravity = projected_gravity(next_data)
         q = next_data.qpos[7:]
@@ -245,7 +242,7 @@ def joystick_task(
 
     def update_info(model, data, action, next_data, info, key) -> dict:
         del data, key
-        lin_err, yaw_err = errors(next_data, info["command"])
+        lin_err, yaw_err = tracking_errors(next_data, info["command"])
         contact = on_ground(next_data)
         air = info["air_time"] + substeps * model.opt.timestep
         return {

@@ -135,6 +135,13 @@ def base_velocity(data: mjx.Data) -> tuple[jax.Array, jax.Array]:
     return rotate_inverse(data.qpos[3:7], data.qvel[:3]), data.qvel[3:6]
 
 
+def tracking_errors(data: mjx.Data, command: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Squared horizontal-velocity and yaw-rate errors of the base against ``command``
+    ``(vx, vy, yaw rate)`` in its frame."""
+    lin, ang = base_velocity(data)
+    return jnp.sum((command[:2] - lin[:2]) ** 2), (command[2] - ang[2]) ** 2
+
+
 def projected_gravity(data: mjx.Data) -> jax.Array:
     """``(3,)`` the unit gravity direction in the torso's frame (``(0, 0, -1)`` upright)."""
     down = jnp.array([0.0, 0.0, -1.0], data.qpos.dtype)
@@ -270,14 +277,9 @@ def velocity_task(
             "command": info["command"],
         }
 
-    def errors(data: mjx.Data, command: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Squared horizontal-velocity and yaw-rate errors against ``command``."""
-        lin, ang = base_velocity(data)
-        return jnp.sum((command[:2] - lin[:2]) ** 2), (command[2] - ang[2]) ** 2
-
     def reward(model, data, action, next_data, info) -> jax.Array:
         del data
-        lin_err, yaw_err = errors(next_data, info["command"])
+        lin_err, yaw_err = tracking_errors(next_data, info["command"])
         lin, ang = base_velocity(next_data)
         terms = {
             "track_lin_vel": jnp.exp(-lin_err / TRACKING_SIGMA),
@@ -309,7 +311,7 @@ def velocity_task(
 
     def update_info(model, data, action, next_data, info, key) -> dict:
         del model, data
-        lin_err, yaw_err = errors(next_data, info["command"])
+        lin_err, yaw_err = tracking_errors(next_data, info["command"])
         steps = info["steps"] + 1
         command = info["command"]
         if resample_steps:
