@@ -49,9 +49,10 @@ from mjxrunner.tasks.locomotion import (  # the ant's velocity task: the same te
     TRACKING_SIGMA,
     Commands,
     base_velocity,
+    jittered_start,
+    observe,
     projected_gravity,
     tracking_errors,
-    yaw_quaternion,
 )
 
 OBS_CONFIG = ObsConfig(
@@ -184,16 +185,7 @@ def joystick_task(
 
     def observation(model: mjx.Model, data: mjx.Data, info: dict) -> dict:
         del model
-        lin, ang = base_velocity(data)
-        return {
-            "base_lin_vel": lin,
-            "base_ang_vel": ang,
-            "projected_gravity": projected_gravity(data),
-            "joint_pos": data.qpos[7:] - jnp.asarray(_layout(robot).q0, data.qpos.dtype),
-            "joint_vel": data.qvel[6:],
-            "last_action": info["last_action"],
-            "command": info["command"],
-        }
+        return observe(data, info, jnp.asarray(_layout(robot).q0))
 
     def reward(model, data, action, next_data, info) -> jax.Array:
         del data
@@ -256,13 +248,7 @@ def joystick_task(
     def initial_state(model, data, key) -> mjx.Data:
         """Joints jittered about the standing pose, a random heading, small velocities."""
         del model
-        k_pos, k_vel, k_yaw = jax.random.split(key, 3)
-        dtype = data.qpos.dtype
-        joints = data.qpos[7:] + jax.random.uniform(k_pos, data.qpos[7:].shape, dtype, -0.05, 0.05)
-        yaw = jax.random.uniform(k_yaw, (), dtype, -jnp.pi, jnp.pi)
-        qpos = jnp.concatenate([data.qpos[:3], yaw_quaternion(yaw).astype(dtype), joints])
-        qvel = 0.05 * jax.random.normal(k_vel, data.qvel.shape, dtype)
-        return data.replace(qpos=qpos, qvel=qvel)
+        return jittered_start(data, key, 0.05, 0.05)
 
     return Task(
         name=name,

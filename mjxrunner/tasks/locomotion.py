@@ -154,6 +154,43 @@ def yaw_quaternion(angle: jax.Array) -> jax.Array:
     return jnp.stack([jnp.cos(half), jnp.zeros_like(half), jnp.zeros_like(half), jnp.sin(half)])
 
 
+# --- observation and start of a legged robot on a free joint ----------------------------
+
+
+def observe(data: mjx.Data, info: dict, standing: jax.Array | None = None) -> dict:
+    """The terms of :data:`TERMS` of one world (``info`` holds the last action and
+    the command); joint positions less ``standing``, the standing pose's joints, if
+    given."""
+    lin, ang = base_velocity(data)
+    joints = data.qpos[7:]
+    return {
+        "base_lin_vel": lin,
+        "base_ang_vel": ang,
+        "projected_gravity": projected_gravity(data),
+        "joint_pos": joints if standing is None else joints - standing.astype(joints.dtype),
+        "joint_vel": data.qvel[6:],
+        "last_action": info["last_action"],
+        "command": info["command"],
+    }
+
+
+def jittered_start(
+    data: mjx.Data, key: jax.Array, joints: float, speed: float, spawn: jax.Array | None = None
+) -> mjx.Data:
+    """``data`` with its joints moved by up to ``joints`` rad, velocities of
+    ``speed`` times a standard normal draw, a random heading, and its base moved by
+    ``spawn`` if given."""
+    k_pos, k_vel, k_yaw = jax.random.split(key, 3)
+    dtype = data.qpos.dtype
+    qpos = data.qpos
+    moved = qpos[7:] + jax.random.uniform(k_pos, qpos[7:].shape, dtype, -joints, joints)
+    yaw = jax.random.uniform(k_yaw, (), dtype, -jnp.pi, jnp.pi)
+    root = qpos[:3] if spawn is None else qpos[:3] + spawn.astype(dtype)
+    qpos = jnp.concatenate([root, yaw_quaternion(yaw).astype(dtype), moved])
+    qvel = speed * jax.random.normal(k_vel, data.qvel.shape, dtype)
+    return data.replace(qpos=qpos, qvel=qvel)
+
+
 # --- the terrain --------------------------------------------------------------------------
 
 
@@ -266,16 +303,7 @@ def velocity_task(
 
     def observation(model: mjx.Model, data: mjx.Data, info: dict) -> dict:
         del model
-        lin, ang = base_velocity(data)
-        return {
-            "base_lin_vel": lin,
-            "base_ang_vel": ang,
-            "projected_gravity": projected_gravity(data),
-            "joint_pos": data.qpos[7:],  # the keyframe's joints are at 0
-            "joint_vel": data.qvel[6:],
-            "last_action": info["last_action"],
-            "command": info["command"],
-        }
+        return observe(data, info)  # the keyframe's joints are at 0
 
     def reward(model, data, action, next_data, info) -> jax.Array:
         del data
@@ -324,25 +352,13 @@ def velocity_task(
             "metrics": {"lin_vel_error": jnp.sqrt(lin_err), "yaw_rate_error": jnp.sqrt(yaw_err)},
         }
 
-    def place(data: mjx.Data, key: jax.Array, spawn: jax.Array | None) -> mjx.Data:
-        """Legs jittered, small velocities, a random heading; at ``spawn`` if given."""
-        k_pos, k_vel, k_yaw = jax.random.split(key, 3)
-        dtype = data.qpos.dtype
-        qpos = data.qpos
-        joints = qpos[7:] + jax.random.uniform(k_pos, qpos[7:].shape, dtype, -0.1, 0.1)
-        yaw = jax.random.uniform(k_yaw, (), dtype, -jnp.pi, jnp.pi)
-        root = qpos[:3] if spawn is None else qpos[:3] + spawn.astype(dtype)
-        qpos = jnp.concatenate([root, yaw_quaternion(yaw).astype(dtype), joints])
-        qvel = 0.1 * jax.random.normal(k_vel, data.qvel.shape, dtype)
-        return data.replace(qpos=qpos, qvel=qvel)
-
     def start_flat(model, data, key) -> mjx.Data:
         del model
-        return place(data, key, None)
+        return jittered_start(data, key, 0.1, 0.1)
 
     def start_on_tile(model, data, key, state: terrain.Curriculum) -> mjx.Data:
         del model
-        return place(data, key, state.spawn)
+        return jittered_start(data, key, 0.1, 0.1, state.spawn)
 
     def initial_curriculum(model, key, world) -> terrain.Curriculum:
         del model
