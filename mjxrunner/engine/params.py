@@ -139,8 +139,7 @@ def check_inertial_frames(model: mjx.Model, path: str, *values: np.ndarray) -> N
     base = np.asarray(get_leaf(model, path))
     changed = np.zeros(base.shape[-2], bool)
     for v in values:
-        v = np.asarray(v)
-        differs = v != np.broadcast_to(base, v.shape) if v.ndim >= base.ndim else v != base
+        differs = np.asarray(v) != base  # broadcast: shared or per world, either side
         changed |= differs.reshape(-1, *differs.shape[-2:]).any(axis=(0, 2))
     same = np.asarray(model.body_sameframe) == mujoco.mjtSameFrame.mjSAMEFRAME_BODY
     bad = np.flatnonzero(same & changed)

@@ -100,16 +100,15 @@ def _floor_light_camera(spec: mujoco.MjSpec, root: str, height: float) -> None:
     )
 
 
-def _feet_only(spec: mujoco.MjSpec, feet: set[str]) -> None:
-    """Switches off every collision of the robot but its feet's: a foot touches
-    the floor (its contype is 0, so feet never touch each other)."""
+def _feet_only(spec: mujoco.MjSpec) -> None:
+    """Switches off every collision of the robot but its feet's (geoms of class
+    ``foot``, as both robots' files name them): a foot touches the floor, and its
+    contype is 0, so feet never touch each other."""
     for geom in spec.geoms:
         if geom.name == "floor" or (geom.contype == 0 and geom.conaffinity == 0):
             continue
-        if geom.name in feet or (geom.classname and geom.classname.name == "foot"):
-            geom.contype, geom.conaffinity = 0, 1
-        else:
-            geom.contype, geom.conaffinity = 0, 0
+        foot = geom.classname is not None and geom.classname.name == "foot"
+        geom.contype, geom.conaffinity = 0, int(foot)
 
 
 def _locomotion_sensors(spec: mujoco.MjSpec, imu: str, feet: list[str]) -> None:
@@ -181,7 +180,7 @@ def _go1(spec: mujoco.MjSpec) -> None:
     spec.modelname = "go1"
     spec.option.timestep = 0.004  # 5 physics steps per 50 Hz control step
     _floor_light_camera(spec, "trunk", 0.45)
-    _feet_only(spec, set(GO1_FEET))
+    _feet_only(spec)
     _locomotion_sensors(spec, "imu", GO1_FEET)
     _offset_controls(spec)
 
@@ -194,7 +193,7 @@ def _g1(spec: mujoco.MjSpec) -> None:
     spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
     _damping_in_joints(spec)
     _floor_light_camera(spec, "pelvis", 0.8)
-    _feet_only(spec, set())  # its feet are four spheres each, of class "foot"
+    _feet_only(spec)  # its feet are four spheres each
     _locomotion_sensors(spec, "imu_in_pelvis", G1_FEET)
     _offset_controls(spec)
 
