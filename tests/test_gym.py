@@ -195,22 +195,27 @@ def unchanged(v: MjxVectorEnv, before) -> bool:
     )
 
 
+def bad_door_calls(v, n: int) -> list[tuple]:
+    """``(error, message, call)``: steps and resets the Gymnasium door ``v`` of ``n``
+    worlds and one control refuses, each changing nothing."""
+    return [
+        (ValueError, "shape", lambda: v.step(np.zeros((n, 2)))),
+        (ValueError, "finite", lambda: v.step(np.full((n, 1), np.nan))),
+        (TypeError, "real numbers", lambda: v.step(np.zeros((n, 1), bool))),
+        (TypeError, "numpy array", lambda: v.reset(options={"reset_mask": [True] * n})),
+        (TypeError, "dtype bool", lambda: v.reset(options={"reset_mask": np.ones(n, int)})),
+        (ValueError, "shape", lambda: v.reset(options={"reset_mask": np.ones(n + 1, bool)})),
+        (ValueError, "at least one", lambda: v.reset(options={"reset_mask": np.zeros(n, bool)})),
+        (ValueError, "unknown reset options", lambda: v.reset(options={"level": 3})),
+        (ValueError, "seed", lambda: v.reset(seed=-1)),
+    ]
+
+
 def test_bad_input_is_rejected_and_changes_nothing(adapters):
     v = adapters[AutoresetMode.NEXT_STEP]
     v.reset(seed=1)
     before = snapshot(v)
-    bad_calls = [
-        (ValueError, "shape", lambda: v.step(np.zeros((N, 2)))),
-        (ValueError, "finite", lambda: v.step(np.full((N, 1), np.nan))),
-        (TypeError, "real numbers", lambda: v.step(np.zeros((N, 1), bool))),
-        (TypeError, "numpy array", lambda: v.reset(options={"reset_mask": [True] * N})),
-        (TypeError, "dtype bool", lambda: v.reset(options={"reset_mask": np.ones(N, int)})),
-        (ValueError, "shape", lambda: v.reset(options={"reset_mask": np.ones(N + 1, bool)})),
-        (ValueError, "at least one", lambda: v.reset(options={"reset_mask": np.zeros(N, bool)})),
-        (ValueError, "unknown reset options", lambda: v.reset(options={"level": 3})),
-        (ValueError, "seed", lambda: v.reset(seed=-1)),
-    ]
-    for error, message, call in bad_calls:
+    for error, message, call in bad_door_calls(v, N):
         with pytest.raises(error, match=message):
             call()
         assert unchanged(v, before), message

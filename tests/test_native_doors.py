@@ -28,6 +28,7 @@ import mujoco
 import numpy as np
 import pytest
 import test_gym
+import test_torch_doors
 import torch
 from gymnasium.vector import AutoresetMode
 from rsl_rl.env import VecEnv
@@ -262,15 +263,7 @@ def test_torch_door_refuses_bad_actions_and_changes_nothing(torch_door):
     door = torch_door
     door.reset(seed=0)
     before = snapshot(door.state, door.env)
-    bad = [
-        (np.zeros((N, 1), np.float32), TypeError, "torch.Tensor"),
-        (torch.zeros(N, 2), ValueError, r"shape \(4, 1\)"),
-        (torch.zeros(N), ValueError, "shape"),
-        (torch.zeros(N, 1, dtype=torch.bool), TypeError, "real numbers"),
-        (torch.zeros(N, 1, dtype=torch.complex64), TypeError, "real numbers"),
-        (torch.zeros(N, 1, device="meta"), ValueError, "must be on cpu"),
-    ]
-    for value, error, message in bad:
+    for value, error, message in test_torch_doors.bad_actions(N):
         with pytest.raises(error, match=message):
             door.step(value)
         assert_same(before, snapshot(door.state, door.env))
@@ -753,15 +746,7 @@ def test_the_env_and_the_gymnasium_door_on_c_refuse_bad_input(gyms):
     env, state = v.env, v.state
     before = snapshot(v.state, v.env)
     bad_calls = [
-        (ValueError, "shape", lambda: v.step(np.zeros((N, 2)))),
-        (ValueError, "finite", lambda: v.step(np.full((N, 1), np.nan))),
-        (TypeError, "real numbers", lambda: v.step(np.zeros((N, 1), bool))),
-        (TypeError, "numpy array", lambda: v.reset(options={"reset_mask": [True] * N})),
-        (TypeError, "dtype bool", lambda: v.reset(options={"reset_mask": np.ones(N, int)})),
-        (ValueError, "shape", lambda: v.reset(options={"reset_mask": np.ones(N + 1, bool)})),
-        (ValueError, "at least one", lambda: v.reset(options={"reset_mask": np.zeros(N, bool)})),
-        (ValueError, "unknown reset options", lambda: v.reset(options={"level": 3})),
-        (ValueError, "seed", lambda: v.reset(seed=-1)),
+        *test_gym.bad_door_calls(v, N),
         (ValueError, "action must have shape", lambda: E.step(env, state, np.zeros((N, 2)))),
         (TypeError, "real numbers", lambda: E.step(env, state, np.zeros((N, 1), bool))),
         (ValueError, "mask must be bool", lambda: E.reset_worlds(env, state, np.ones(N, int))),

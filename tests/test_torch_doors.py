@@ -101,18 +101,23 @@ def test_no_copies_between_jax_and_torch(door):
     torch.testing.assert_close(stepped["policy"], before, rtol=0, atol=0)
 
 
+def bad_actions(n: int) -> list[tuple]:
+    """``(actions, error, message)`` a torch door of ``n`` worlds and one control
+    refuses, each changing nothing."""
+    return [
+        (np.zeros((n, 1), np.float32), TypeError, "torch.Tensor"),
+        (torch.zeros(n, 2), ValueError, rf"shape \({n}, 1\)"),
+        (torch.zeros(n), ValueError, "shape"),
+        (torch.zeros(n, 1, dtype=torch.bool), TypeError, "real numbers"),
+        (torch.zeros(n, 1, dtype=torch.complex64), TypeError, "real numbers"),
+        (torch.zeros(n, 1, device="meta"), ValueError, "must be on cpu"),
+    ]
+
+
 def test_bad_actions_are_refused_and_change_nothing(door):
     door.reset(seed=0)
     before = state_leaves(door)
-    bad = [
-        (np.zeros((N, 1), np.float32), TypeError, "torch.Tensor"),
-        (torch.zeros(N, 2), ValueError, r"shape \(8, 1\)"),
-        (torch.zeros(N), ValueError, "shape"),
-        (torch.zeros(N, 1, dtype=torch.bool), TypeError, "real numbers"),
-        (torch.zeros(N, 1, dtype=torch.complex64), TypeError, "real numbers"),
-        (torch.zeros(N, 1, device="meta"), ValueError, "must be on cpu"),
-    ]
-    for value, error, message in bad:
+    for value, error, message in bad_actions(N):
         with pytest.raises(error, match=message):
             door.step(value)
     for x, y in zip(before, state_leaves(door), strict=True):
