@@ -340,9 +340,7 @@ class Host:
         n = state.shape[0]
         seen = np.concatenate([np.asarray(f).reshape(n, -1) for f in fields], axis=1)
         with self._lock:
-            bits, packed, flags = self.sim(n).run(call, state, seen, shared, per_world)
-        sizes = [size for _, size in (*self.fields, *call.outputs)]
-        return (bits, flags, *np.split(packed, np.cumsum(sizes)[:-1], axis=1))
+            return self.sim(n).run(call, state, seen, shared, per_world)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -456,9 +454,11 @@ class _Sim:
         kept = (before != 0) & (after >= DIVERGED_MARK)  # the counts MuJoCo would hold
         b.warning[:, DIVERGENCE, 1] = np.where(kept, before + (after - DIVERGED_MARK), after)
         new = b.state
-        parts = [new] + [self.out[name].reshape(n, -1) for name, _ in call.outputs]
-        packed = np.concatenate(parts, axis=1, dtype=dtype)
-        return to_bits(new), packed, flags
+        # Results as the FFI handler gives them: each state field, then each output.
+        ends = np.cumsum([size for _, size in self.host.fields])[:-1]
+        fields = np.split(new.astype(dtype), ends, axis=1)
+        outputs = [self.out[name].reshape(n, -1).astype(dtype) for name, _ in call.outputs]
+        return (to_bits(new), flags, *fields, *outputs)
 
 
 def _model_field(m: mujoco.MjModel, path: str) -> np.ndarray:
