@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 from mujoco import mjx
+from mujoco.mjx._src import support
 
 from mjxrunner.engine import native
 from mjxrunner.engine.worlds import (
@@ -42,10 +43,11 @@ from mjxrunner.engine.worlds import (
 
 # Fields whose change alters the derived constants above.
 MASS_FIELDS = frozenset({"body_mass", "body_inertia", "dof_armature"})
-# With the frames and the configuration the constants are derived at: all of them.
-CONST_INPUTS = MASS_FIELDS | {"body_pos", "body_ipos", "qpos0"}
-# Of those, the ones that also move the offsets of lights that follow a body.
+# The frames and the configuration the constants are derived at; they also move the
+# offsets of lights that follow a body.
 FRAME_FIELDS = frozenset({"body_pos", "body_ipos", "qpos0"})
+# Every field whose change alters the derived constants.
+CONST_INPUTS = MASS_FIELDS | FRAME_FIELDS
 
 # Fields MJX caches derived data for (bounding spheres, same-frame flags, ...): a new
 # value would be silently inconsistent, so they are refused.
@@ -225,8 +227,9 @@ def _derived_one_world(m: mjx.Model, d: mjx.Data, mj: mujoco.MjModel) -> dict[st
     # offset from the body and from the target's (else the body's) subtree com.
     body = np.asarray(mj.cam_bodyid)
     target = np.where(mj.cam_targetbodyid >= 0, mj.cam_targetbodyid, body)
-    cam_xmat = d.xmat[body] @ jax.vmap(_quat_to_mat)(m.cam_quat)
-    cam_xpos = d.xpos[body] + jnp.einsum("cij,cj->ci", d.xmat[body], m.cam_pos)
+    cam_xpos, cam_xmat = jax.vmap(support.local_to_global)(
+        d.xpos[body], d.xquat[body], m.cam_pos, m.cam_quat
+    )  # what MJX's camlight does for a fixed camera
 
     return {
         "body_subtreemass": subtree,
@@ -236,18 +239,6 @@ def _derived_one_world(m: mjx.Model, d: mjx.Data, mj: mujoco.MjModel) -> dict[st
         "cam_poscom0": cam_xpos - d.subtree_com[target],
         "cam_mat0": cam_xmat,
     }
-
-
-def _quat_to_mat(q: jax.Array) -> jax.Array:
-    """The rotation matrix of unit quaternion ``q`` (w, x, y, z)."""
-    w, x, y, z = q
-    return jnp.array(
-        [
-            [w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
-            [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
-            [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z],
-        ]
-    )
 
 
 @pytree_dataclass
