@@ -39,7 +39,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import events, models
+from mjxrunner.engine import events, models, robots
 from mjxrunner.engine.params import Term
 from mjxrunner.kit.observations import Noise, ObsConfig
 from mjxrunner.tasks.base import Task
@@ -118,7 +118,7 @@ class Legged:
 GO1 = Legged(
     "go1",
     "home",
-    ("FR", "FL", "RR", "RL"),
+    tuple(robots.GO1_FEET),
     "trunk",
     min_height=0.15,
     contact_height=0.03,
@@ -127,7 +127,7 @@ GO1 = Legged(
 G1 = Legged(
     "g1",
     "stand",
-    ("left_foot", "right_foot"),
+    tuple(robots.G1_FEET),
     "pelvis",
     min_height=0.5,
     contact_height=0.04,
