@@ -1,4 +1,5 @@
-"""The ``mjxrunner`` command line: ``run`` (the main job), ``bench``, ``info``, ``models``."""
+"""The ``mjxrunner`` command line: ``run`` (the main job), ``bench``, ``info``, ``models``,
+and ``train``, ``play``, ``export``, ``sim2sim`` (:mod:`mjxrunner.tools.train`)."""
 
 from __future__ import annotations
 
@@ -335,6 +336,10 @@ def parser() -> argparse.ArgumentParser:
 
     models = sub.add_parser("models", help="list the scenes in models/")
     models.set_defaults(func=_models)
+
+    from mjxrunner.tools.train import commands
+
+    commands.add(sub, _positive, IMPLS, IMPL_HELP, default_impl)
     return p
 
 

@@ -1,0 +1,191 @@
+"""The command line's ``train``, ``play``, ``export`` and ``sim2sim``.
+
+Their work is imported when a command runs, so ``mjxrunner --help`` and the other
+commands need none of the ``train`` extra (optax, tensorboardX, onnx, onnxruntime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+TUNABLE = ("num_envs", "rollout_steps", "learning_rate", "entropy_coef", "hidden",
+           "normalize_obs", "latency", "push_interval", "impl", "num_threads", "steps",
+           "seed")  # fmt: skip
+"""``train`` options that set up a new run; ``--resume`` takes the run's own."""
+
+
+def _print(result: dict, as_json: bool, lines: list[str]) -> None:
+    print(json.dumps(result) if as_json else "\n".join(lines))
+
+
+def _returns(r: dict) -> str:
+    return (f"{r['episodes']} episodes: return {r['mean_return']:.2f} +- "
+            f"{r['stderr_return']:.2f} (std {r['std_return']:.2f}), "
+            f"length {r['mean_length']:.1f}")  # fmt: skip
+
+
+def _train(args: argparse.Namespace) -> int:
+    from mjxrunner.tools.train import ppo, run_dir, trainer
+
+    quiet = {"tensorboard": not args.no_tensorboard, "progress": not args.no_progress}
+    if args.resume is not None:
+        given = [f"--{k.replace('_', '-')}" for k in TUNABLE if getattr(args, k) is not None]
+        if args.out is not None:
+            given.append("--out")
+        if given:
+            raise ValueError(f"--resume continues the run with its own settings; drop {given}")
+        if args.task is not None:
+            run_dir.load_record(args.resume, task=args.task)
+        record = trainer.resume(args.resume, stop_after=args.stop_after, **quiet)
+        folder = args.resume
+    else:
+        if args.task is None or args.out is None:
+            raise ValueError("train needs a TASK and --out FOLDER (or --resume FOLDER)")
+        from mjxrunner import tasks
+
+        tasks.get(args.task)
+        pushes = None
+        if args.push_interval is not None:
+            pushes = (*args.push_interval, args.push_speed)
+        options = {
+            k: getattr(args, k)
+            for k in ("num_envs", "rollout_steps", "learning_rate", "entropy_coef", "hidden")
+            if getattr(args, k) is not None
+        }
+        impl = args.impl or args.default_impl()
+        impl = "c" if impl == "cpp" else impl
+        if args.num_threads is not None and impl != "c":
+            raise ValueError(f"--num-threads is for impl 'c' (its threads); impl is {impl!r}")
+        config = ppo.PPOConfig(
+            task=args.task,
+            normalize_obs=bool(args.normalize_obs),
+            latency=None if args.latency is None else tuple(args.latency),
+            pushes=pushes,
+            impl=impl,
+            num_threads=args.num_threads,
+            **options,
+        )
+        config, chunk = trainer.plan(config, args.steps or 1_000_000, args.save_every)
+        seed = 0 if args.seed is None else args.seed
+        record = trainer.train(config, args.out, seed=seed, chunk=chunk,
+                               stop_after=args.stop_after, **quiet)  # fmt: skip
+        folder = args.out
+    done, total = record["updates_done"], record["config"]["num_updates"]
+    _print(record, args.json, [
+        f"{record['task']}: {done} of {total} updates, {record['env_steps_done']} env steps, "
+        f"saved in {folder}",
+        f"play it: mjxrunner play {folder}" if done == total else
+        f"continue: mjxrunner train --resume {folder}",
+    ])  # fmt: skip
+    return 0
+
+
+def _play(args: argparse.Namespace) -> int:
+    from mjxrunner.tools.train import play
+
+    r = play.play(args.run, episodes=args.episodes, seed=args.seed, impl=args.impl,
+                  video=args.video, video_worlds=tuple(args.video_worlds))  # fmt: skip
+    lines = [f"{r['task']} on impl {r['impl']}, deterministic policy, " + _returns(r)]
+    if args.video:
+        lines.append(f"video: {args.video}")
+    _print(r, args.json, lines)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from mjxrunner.tools.train import deploy, export
+
+    meta = export.export(args.run, args.onnx)
+    lines = [f"policy: {args.onnx} (obs {meta['observation']['size']} -> "
+             f"action {len(meta['action']['low'])}, normalizer inside: "
+             f"{meta['normalizer_inside']})"]  # fmt: skip
+    if "file" in meta["observer"]:
+        lines.append(f"observer: {deploy.observer_path(args.onnx)} (reads "
+                     f"{', '.join(x['field'] for x in meta['observer']['inputs'])})")  # fmt: skip
+    else:
+        lines.append(f"no observer: {meta['observer']['missing']}")
+    _print(meta, args.json, lines)
+    return 0
+
+
+def _sim2sim(args: argparse.Namespace) -> int:
+    from mjxrunner.tools.train import sim2sim
+
+    r = sim2sim.sim2sim(args.onnx, episodes=args.episodes, seed=args.seed)
+    lines = [f"{r['task']} on native MuJoCo through onnxruntime: " + _returns(r)]
+    if r["play"] is None:
+        lines.append("play measured nothing yet (run `mjxrunner play RUN_DIR` before export)")
+    else:
+        lines.append("play measured " + _returns(r["play"]))
+        lines.append("agree within noise" if r["agrees"] else "DISAGREE beyond noise")
+    _print(r, args.json, lines)
+    return 0 if r.get("agrees", True) else 1
+
+
+def add(sub: Any, positive: Any, impls: tuple[str, ...], impl_help: str, default_impl: Any) -> None:
+    """Adds the four commands to the ``mjxrunner`` subparsers ``sub``; ``positive``
+    parses a positive int, ``default_impl()`` is the impl without ``--impl``."""
+    from mjxrunner.tools.train import TRAINERS
+
+    t = sub.add_parser(
+        "train",
+        help="train a policy on a task (the project's PPO), with logs and checkpoints",
+        description="Trains TASK into --out FOLDER: metrics.jsonl, TensorBoard logs in tb/ "
+        "(with tensorboardX), and a checkpoint after every --save-every updates of "
+        "everything needed to continue (--resume FOLDER, bit for bit) or to play.",
+    )
+    t.add_argument("task", nargs="?", help="a registered task (see mjxrunner.tasks.list())")
+    t.add_argument("--out", metavar="FOLDER", help="the new run's folder")
+    t.add_argument("--resume", metavar="FOLDER", help="continue the run in FOLDER")
+    t.add_argument("--trainer", choices=TRAINERS, default="ppo")
+    t.add_argument("--steps", type=positive, help="env steps in all (default: 1000000)")
+    t.add_argument("--num-envs", type=positive)
+    t.add_argument("--rollout-steps", type=positive)
+    t.add_argument("--learning-rate", type=float)
+    t.add_argument("--entropy-coef", type=float)
+    t.add_argument("--hidden", type=positive, help="width of the MLPs' two hidden layers")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--impl", choices=impls, help=impl_help)
+    t.add_argument("--num-threads", type=positive, metavar="N", help="impl c's threads")
+    t.add_argument("--normalize-obs", action="store_true", default=None)
+    t.add_argument("--latency", type=int, nargs=2, metavar=("LOW", "HIGH"))
+    t.add_argument("--push-interval", type=positive, nargs=2, metavar=("FEWEST", "MOST"))
+    t.add_argument("--push-speed", type=float, default=0.5)
+    t.add_argument("--save-every", type=positive, default=10, metavar="UPDATES")
+    t.add_argument("--stop-after", type=positive, metavar="UPDATES",
+                   help="stop after this many updates (continue later with --resume)")  # fmt: skip
+    t.add_argument("--no-tensorboard", action="store_true")
+    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--json", action="store_true", help="print the run's record as JSON")
+    t.set_defaults(func=_train, default_impl=default_impl)
+
+    p = sub.add_parser("play", help="run a trained policy, print returns, record a video")
+    p.add_argument("run", metavar="RUN_DIR")
+    p.add_argument("--episodes", type=positive, default=16)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--impl", choices=impls, help="default: the run's")
+    p.add_argument("--video", metavar="FILE", help="write an .mp4 or .gif of --video-worlds")
+    p.add_argument("--video-worlds", type=int, nargs="+", default=[0], metavar="W")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_play)
+
+    e = sub.add_parser("export", help="the trained policy as ONNX, with its metadata")
+    e.add_argument("run", metavar="RUN_DIR")
+    e.add_argument("--onnx", required=True, metavar="FILE")
+    e.add_argument("--json", action="store_true", help="print the metadata as JSON")
+    e.set_defaults(func=_export)
+
+    s = sub.add_parser(
+        "sim2sim",
+        help="run an exported policy on plain MuJoCo and compare with play",
+        description="Runs FILE.onnx with onnxruntime on native MuJoCo (no JAX in the loop) "
+        "and compares its return with the one `play` measured. Exit status 1 if they "
+        "disagree beyond noise.",
+    )
+    s.add_argument("onnx", metavar="FILE.onnx")
+    s.add_argument("--episodes", type=positive, default=16)
+    s.add_argument("--seed", type=int, default=1, help="as play's, for the same starts")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_sim2sim)

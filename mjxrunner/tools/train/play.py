@@ -1,0 +1,147 @@
+"""``mjxrunner play``: a trained run's policy, deterministic, for whole episodes.
+
+One world per episode, every world from its own start (the task's
+``initial_state`` on the world's key stream), the Gaussian's mean as the action and
+the observation normalizer frozen at the run's statistics. The task runs nominal:
+without the training's latency and pushes, as :mod:`.sim2sim` runs it, so the two
+returns compare. Returns and lengths are summed on the host until every episode has
+ended (terminated or truncated at ``max_episode_steps``); ``play.json`` in the run's
+folder keeps them, and :mod:`.export` copies them into the ONNX file's metadata.
+With ``video``, chosen worlds are drawn by MuJoCo's renderer every few steps
+(about 30 frames per second of simulated time) and written as MP4 or GIF.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from mjxrunner.rl import env as E
+from mjxrunner.tools.train import ppo, run_dir, trainer
+
+VIDEO_SUFFIXES = (".mp4", ".gif")
+FPS = 30
+
+
+def load_policy(folder: str | os.PathLike) -> tuple[dict, ppo.PPOConfig, dict, Any]:
+    """``(record, config, params, obs_norm)`` of the run in ``folder``; ``obs_norm``
+    is None without observation normalization."""
+    record = run_dir.load_record(folder)
+    config = trainer.config_of(record)
+    _, start, _ = ppo.make_parts(config)
+    template = jax.eval_shape(start, jax.random.key(record["seed"]))
+    params, _, state, _ = run_dir.load_carry(folder, template, record)
+    return record, config, params, state.obs_norm
+
+
+def nominal_env(config: ppo.PPOConfig, num_envs: int, impl: str | None = None) -> E.Env:
+    """The run's task on ``num_envs`` worlds without latency or pushes, autoreset off."""
+    options = {} if config.num_threads is None else {"num_threads": config.num_threads}
+    impl = impl or config.impl
+    if impl != "c":
+        options = {}
+    return E.make(config.task, num_envs, autoreset="disabled",
+                  normalize_obs=config.normalize_obs, impl=impl, **options)  # fmt: skip
+
+
+def summary(returns: np.ndarray, lengths: np.ndarray) -> dict:
+    """Mean, standard deviation and standard error of the returns, and the lengths."""
+    n = len(returns)
+    std = float(np.std(returns, ddof=1)) if n > 1 else 0.0
+    return {
+        "episodes": n,
+        "mean_return": float(np.mean(returns)),
+        "std_return": std,
+        "stderr_return": std / math.sqrt(n),
+        "mean_length": float(np.mean(lengths)),
+        "returns": [float(r) for r in returns],
+        "lengths": [int(x) for x in lengths],
+    }
+
+
+def play(
+    folder: str | os.PathLike,
+    *,
+    episodes: int = 16,
+    seed: int = 1,
+    impl: str | None = None,
+    video: str | os.PathLike | None = None,
+    video_worlds: tuple[int, ...] = (0,),
+    size: tuple[int, int] = (320, 240),
+    camera: int | str | None = None,
+) -> dict:
+    """Plays ``episodes`` episodes of the run in ``folder``; returns :func:`summary`
+    plus the task, and writes it to ``play.json`` in the folder. ``camera``: a
+    camera of the scene (None: the scene's first camera, or the free camera)."""
+    if video is not None and Path(video).suffix.lower() not in VIDEO_SUFFIXES:
+        raise ValueError(f"video must end in one of {VIDEO_SUFFIXES}, got {str(video)!r}")
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    bad = [w for w in video_worlds if not 0 <= w < episodes]
+    if bad:
+        raise ValueError(f"video worlds must be in [0, {episodes}), got {bad}")
+    record, config, params, obs_norm = load_policy(folder)
+    env = nominal_env(config, episodes, impl)
+    frozen = None if obs_norm is None else obs_norm.freeze()  # the run's statistics, kept
+    state = E.reset(env, jax.random.key(seed), obs_norm=frozen)
+    step = jax.jit(lambda s: env.step(s, ppo.act(params, s.obs, env.low, env.high)))
+
+    dt = record["control_dt"]
+    every = max(1, round(1.0 / (dt * FPS)))
+    frames: list[np.ndarray] = []
+    draw = _drawer(env, video_worlds, size, camera) if video is not None else None
+    returns, lengths = np.zeros(episodes), np.zeros(episodes, int)
+    alive = np.ones(episodes, bool)
+    for t in range(env.task.max_episode_steps):
+        if draw is not None and t % every == 0 and alive[list(video_worlds)].any():
+            frames.append(draw(state))
+        state = step(state)
+        runner = state.runner
+        reward, done = jax.device_get((state.reward, runner.terminated | runner.truncated))
+        returns += np.where(alive, reward, 0.0)
+        lengths += alive
+        alive &= ~done
+        if not alive.any():
+            break
+    result = {"task": config.task, "impl": env.impl, "seed": seed, **summary(returns, lengths)}
+    if video is not None:
+        frames.append(draw(state))
+        _write_video(video, frames, fps=1.0 / (dt * every))
+        result["video"] = str(video)
+    (Path(folder) / "play.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _drawer(env: E.Env, worlds: tuple[int, ...], size: tuple[int, int], camera):
+    from mjxrunner.kit import render
+
+    renderer = render.WorldRenderer(env.host.mj_model)
+    width, height = size
+    if camera is None and env.host.mj_model.ncam:
+        camera = 0
+
+    def draw(state: E.EnvState) -> np.ndarray:
+        pictures = []
+        for w in worlds:
+            _, model, data, local = E.world_scene(env, state, w)
+            pictures.append(renderer.frame(model, data, local, camera, width, height))
+        return np.concatenate(pictures, axis=1)
+
+    return draw
+
+
+def _write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: float) -> None:
+    import imageio.v3 as iio
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".gif":
+        iio.imwrite(path, np.stack(frames), duration=1000.0 / fps, loop=0)
+    else:
+        iio.imwrite(path, np.stack(frames), fps=fps, codec="libx264", macro_block_size=1)

@@ -1,0 +1,108 @@
+"""``mjxrunner sim2sim``: the deploy check. An exported policy runs on plain native
+MuJoCo through :mod:`.deploy` (onnxruntime and ``mj_step``; no JAX, no engine), and
+its return is compared with the one ``play`` measured.
+
+Around the loop, and only around it, the task's own functions are used so that the
+two returns mean the same thing: the episodes start where ``play``'s do (the task's
+``initial_state`` on the same seed's key streams), and each recorded trajectory is
+scored afterwards with the task's ``reward`` and ``terminated`` (an episode ends at
+its first termination, or after ``max_episode_steps``). The returns agree when their
+means differ by at most three standard errors of the difference, plus 1% of the
+return for the rounding of float32 graphs against float64 physics.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mjxrunner import tasks
+from mjxrunner.rl import env as E
+from mjxrunner.tools.train import deploy, onnx_graph, play
+
+
+def starts(task: Any, episodes: int, seed: int) -> tuple[E.Env, dict[str, np.ndarray]]:
+    """``(env, starts)``: one world per episode, started as ``play`` starts them."""
+    env = E.make(task, episodes, autoreset="disabled", impl="c", num_threads=1)
+    data = E.reset(env, jax.random.key(seed)).runner.data
+    return env, {f: np.asarray(getattr(data, f), np.float64) for f in deploy.START_FIELDS}
+
+
+def scorer(env: E.Env):
+    """``(fields, score)``: the ``MjData`` fields the task's reward and termination
+    read, and ``score(trajectory, actions) -> (rewards, terminated)`` over the steps
+    of one recorded episode."""
+    task, model = env.task, env.model.tree
+    flat, treedef = jax.tree_util.tree_flatten_with_path(env.start)
+    names = [jax.tree_util.keystr(p).lstrip(".").removeprefix("_impl.") for p, _ in flat]
+    template = [x for _, x in flat]
+
+    def one(before, action, after):
+        data, nxt = (jax.tree.unflatten(treedef, x) for x in (before, after))
+        reward = task.reward(model, data, action, nxt)
+        return reward, task.terminated(model, nxt)
+
+    leaves = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in template]
+    action = jax.ShapeDtypeStruct((env.action_size,), jnp.float32)
+    reads = onnx_graph.used_inputs(
+        lambda *x: one(list(x[: len(leaves)]), x[len(leaves)], list(x[len(leaves) + 1 :])),
+        [*leaves, action, *leaves],
+    )
+    read = [i for i in range(len(leaves)) if reads[i] or reads[len(leaves) + 1 + i]]
+    fields = [(names[i], tuple(template[i].shape)) for i in read]
+
+    @jax.jit
+    def score(trajectory: dict, actions: jax.Array):
+        steps = actions.shape[0]
+        before = [jnp.broadcast_to(x, (steps, *x.shape)) for x in template]
+        after = list(before)
+        for i in read:
+            series = trajectory[names[i]].astype(template[i].dtype)
+            before[i], after[i] = series[:-1], series[1:]
+        return jax.vmap(one)(before, actions.astype(jnp.float32), after)
+
+    return fields, score
+
+
+def episode_return(rewards: np.ndarray, terminated: np.ndarray) -> tuple[float, int]:
+    """Return and length of an episode cut at its first termination."""
+    ends = np.flatnonzero(terminated)
+    length = int(ends[0]) + 1 if len(ends) else len(rewards)
+    return float(np.sum(rewards[:length])), length
+
+
+def sim2sim(path: str | os.PathLike, *, episodes: int = 16, seed: int = 1) -> dict:
+    """Runs the policy exported at ``path`` for ``episodes`` episodes on native
+    MuJoCo; returns their :func:`~.play.summary`, ``play``'s and whether they agree."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    policy = deploy.Policy(path)
+    task = tasks.get(policy.meta["task"])
+    if task.has_info:
+        raise ValueError(f"task {task.name!r} keeps per-world state; sim2sim cannot run it yet")
+    env, first = starts(task, episodes, seed)
+    fields, score = scorer(env)
+    model = env.host.mj_model
+    returns, lengths = [], []
+    for i in range(episodes):
+        start = {k: v[i] for k, v in first.items()}
+        trajectory, actions = deploy.run_episode(
+            policy, model, start, task.max_episode_steps, fields
+        )
+        rewards, terminated = jax.device_get(score(trajectory, actions))
+        r, n = episode_return(np.asarray(rewards), np.asarray(terminated))
+        returns.append(r)
+        lengths.append(n)
+    result = {"task": task.name, "seed": seed, **play.summary(np.array(returns), np.array(lengths))}
+    played = policy.meta.get("play")
+    result["play"] = played
+    if played is not None:
+        gap = abs(result["mean_return"] - played["mean_return"])
+        noise = 3 * math.hypot(result["stderr_return"], played["stderr_return"])
+        result["agrees"] = bool(gap <= noise + 0.01 * max(1.0, abs(played["mean_return"])))
+    return result

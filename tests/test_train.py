@@ -1,0 +1,251 @@
+"""``mjxrunner train`` -> ``play --video`` -> ``export --onnx`` -> ``sim2sim`` on
+cartpole balance, through the command line's own ``main``; resume bit for bit; the
+ONNX graphs against the JAX functions they were written from; bad input.
+
+The run is small (impl c, 32 worlds, ~61 k env steps, ~15 s here): its
+deterministic policy holds the pole for the whole 500-step episode on the seeds
+tried, where a uniformly random policy drops it after ~20 steps. The test asks for
+three times the random return, in ``play`` and in ``sim2sim``, and for the two to
+agree within noise (the command's own rule).
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio.v3 as iio
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from mjxrunner.rl import env as E
+from mjxrunner.tools import cli
+from mjxrunner.tools.train import deploy, export, onnx_graph, play, ppo, run_dir, sim2sim, trainer
+
+TASK = "cartpole_balance"
+TRAIN = ["--impl", "c", "--num-threads", "1", "--num-envs", "32", "--no-progress"]
+
+
+def main(*argv, capsys=None) -> tuple[int, str]:
+    code = cli.main([str(a) for a in argv])
+    out = capsys.readouterr() if capsys is not None else None
+    return code, (out.out + out.err) if out is not None else ""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A trained run, played with a video and exported: ``(folder, files)``."""
+    folder = tmp_path_factory.mktemp("train") / "run"
+    assert cli.main(["train", TASK, "--out", str(folder), "--steps", "60000", *TRAIN]) == 0
+    video = folder.parent / "play.gif"
+    assert cli.main(["play", str(folder), "--episodes", "8", "--video", str(video)]) == 0
+    policy = folder.parent / "policy.onnx"
+    assert cli.main(["export", str(folder), "--onnx", str(policy)]) == 0
+    return folder, {"video": video, "policy": policy}
+
+
+@pytest.fixture(scope="module")
+def random_return():
+    config = ppo.PPOConfig(task=TASK, num_envs=16, impl="c", num_threads=1)
+    return ppo.evaluate_random(config, jax.random.key(3), 400)
+
+
+def test_the_run_folder_holds_what_continuing_and_playing_need(run):
+    folder, _ = run
+    record = run_dir.load_record(folder, task=TASK)
+    assert record["updates_done"] == record["config"]["num_updates"] == 60
+    assert record["observation"]["size"] == 5 and record["action"]["low"] == [-1.0]
+    assert record["versions"]["mujoco"] and record["backend"]["impl"] == "c"
+    lines = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [x["update"] for x in lines] == list(range(1, 61))
+    assert list((folder / "tb").glob("events.out.tfevents.*"))  # TensorBoard's log
+
+
+def test_play_and_sim2sim_beat_random_and_agree(run, random_return, capsys):
+    folder, files = run
+    played = json.loads((folder / "play.json").read_text())
+    code, out = main("sim2sim", files["policy"], "--episodes", "8", "--json", capsys=capsys)
+    native = json.loads(out.strip().splitlines()[-1])
+    print(f"random {random_return:.1f}, play {played['mean_return']:.1f}, "
+          f"sim2sim {native['mean_return']:.1f}")  # fmt: skip
+    assert 5 < random_return < 100
+    assert played["mean_return"] > 3 * random_return
+    assert native["mean_return"] > 3 * random_return
+    assert code == 0 and native["agrees"] is True
+    assert native["play"]["returns"] == played["returns"]  # the export carries play's record
+
+
+def test_the_video_shows_the_moving_scene(run):
+    _, files = run
+    frames = iio.imread(files["video"])
+    assert frames.ndim == 4 and frames.shape[0] > 10 and frames.shape[-1] == 3
+    assert frames.std() > 10  # not blank
+    assert np.abs(frames[-1].astype(int) - frames[0].astype(int)).mean() > 0.1  # it moves
+
+
+def test_the_onnx_files_compute_what_jax_does(run):
+    folder, files = run
+    _, config, params, _ = play.load_policy(folder)
+    env = play.nominal_env(config, 4)
+    state = env.step(E.reset(env, jax.random.key(5)), jnp.full((4, 1), 0.3))
+    obs = np.asarray(state.obs)
+    policy = ort.InferenceSession(str(files["policy"]))
+    observer = ort.InferenceSession(str(deploy.observer_path(files["policy"])))
+    data = state.runner.data
+    for w in range(4):
+        feeds = {"qpos": np.asarray(data.qpos[w]), "qvel": np.asarray(data.qvel[w])}
+        np.testing.assert_allclose(observer.run(None, feeds)[0][0], obs[w], atol=1e-6)
+        action = policy.run(None, {"obs": obs[w : w + 1]})[0][0]
+        want = ppo.act(params, obs[w], env.low, env.high)
+        np.testing.assert_allclose(action, want, atol=1e-5)
+    meta = deploy.Policy(files["policy"]).meta
+    assert meta["task"] == TASK and meta["substeps"] == 1 and meta["control_dt"] == 0.01
+    assert [x["field"] for x in meta["observer"]["inputs"]] == ["qpos", "qvel"]
+
+
+def test_the_normalizer_is_inside_the_exported_policy(tmp_path):
+    folder = tmp_path / "norm"
+    config = ppo.PPOConfig(task=TASK, num_envs=8, rollout_steps=8, normalize_obs=True,
+                           impl="c", num_threads=1)  # fmt: skip
+    config, chunk = trainer.plan(config, 8 * 8 * 2, 2)
+    trainer.train(config, folder, chunk=chunk, tensorboard=False, progress=False)
+    meta = export.export(folder, tmp_path / "p.onnx")
+    assert meta["normalizer_inside"] is True
+    _, _, params, obs_norm = play.load_policy(folder)
+    assert float(obs_norm.count) > 0 and not np.allclose(obs_norm.var, 1.0)
+    env = play.nominal_env(config, 1)
+    raw = np.random.default_rng(0).normal(size=(6, 5)).astype(np.float32)
+    session = ort.InferenceSession(str(tmp_path / "p.onnx"))
+    for x in raw:
+        got = session.run(None, {"obs": x[None]})[0][0]
+        normalized = (x - obs_norm.mean) / np.sqrt(obs_norm.var + env.normalize.eps)
+        want = ppo.act(params, jnp.asarray(normalized, jnp.float32), env.low, env.high)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_resume_continues_bit_for_bit(tmp_path):
+    config = ppo.PPOConfig(task=TASK, num_envs=4, rollout_steps=8, impl="c", num_threads=1)
+    config, chunk = trainer.plan(config, 4 * 8 * 6, 2)
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    quiet = {"tensorboard": False, "progress": False}
+    trainer.train(config, whole, chunk=chunk, seed=7, **quiet)
+    stopped = trainer.train(config, parts, chunk=chunk, seed=7, stop_after=2, **quiet)
+    assert stopped["updates_done"] == 2
+    code = cli.main(["train", "--resume", str(parts), "--no-progress", "--no-tensorboard"])
+    assert code == 0
+    with np.load(whole / run_dir.CHECKPOINT) as a, np.load(parts / run_dir.CHECKPOINT) as b:
+        assert a.files == b.files
+        for k in a.files:
+            np.testing.assert_array_equal(a[k], b[k])
+    assert (whole / "metrics.jsonl").read_text().count("\n") == 6
+    rows = lambda f: [{k: v for k, v in json.loads(x).items() if k != "wall_s"}  # noqa: E731
+                      for x in (f / "metrics.jsonl").read_text().splitlines()]  # fmt: skip
+    assert json.dumps(rows(whole)) == json.dumps(rows(parts))
+
+
+def test_the_deploy_loop_runs_without_jax(run, tmp_path):
+    """deploy.py imports NumPy, MuJoCo and onnxruntime only, and runs as a script."""
+    path = Path(deploy.__file__)
+    tree = ast.parse(path.read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names}  # fmt: skip
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.module}  # fmt: skip
+    assert imported <= {"__future__", "argparse", "json", "os", "sys", "pathlib", "mujoco",
+                        "numpy", "onnxruntime"}, imported  # fmt: skip
+    _, files = run
+    policy = deploy.Policy(files["policy"])
+    env, starts = sim2sim.starts(TASK, 2, seed=1)
+    np.savez(tmp_path / "starts.npz", **starts)
+    scene = tmp_path / "scene.xml"
+    import mujoco
+
+    mujoco.mj_saveLastXML(str(scene), env.host.mj_model)
+    out = subprocess.run(
+        [sys.executable, str(path), str(files["policy"]), str(scene), "--starts",
+         str(tmp_path / "starts.npz"), "--steps", "50", "--out", str(tmp_path / "t.npz")],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"episodes": 2, "jax_loaded": False}
+    fields = [("qpos", (2,)), ("qvel", (2,))]
+    with np.load(tmp_path / "t.npz") as f:
+        for i in range(2):
+            here, _ = deploy.run_episode(
+                policy, env.host.mj_model, {k: v[i] for k, v in starts.items()}, 50, fields
+            )
+            np.testing.assert_array_equal(f["qpos"][i], here["qpos"])
+
+
+# --- bad input: a clear error, nothing written -------------------------------------------
+
+
+def test_unknown_task_or_trainer_writes_nothing(tmp_path, capsys):
+    code, out = main("train", "no_such_task", "--out", tmp_path / "a", *TRAIN, capsys=capsys)
+    assert code == 2 and "unknown task 'no_such_task'" in out
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", TASK, "--out", str(tmp_path / "b"), "--trainer", "sac"])
+    assert e.value.code == 2 and "invalid choice: 'sac'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_truncated_or_foreign_run_is_refused(run, tmp_path, capsys):
+    folder, _ = run
+    code, out = main("play", tmp_path / "nowhere", capsys=capsys)
+    assert code == 2 and "does not exist" in out
+    (tmp_path / "empty").mkdir()
+    code, out = main("export", tmp_path / "empty", "--onnx", tmp_path / "x.onnx", capsys=capsys)
+    assert code == 2 and "run.json is missing" in out and not (tmp_path / "x.onnx").exists()
+    code, out = main("train", "cartpole_swingup", "--resume", folder, capsys=capsys)
+    assert code == 2 and "trained task 'cartpole_balance', not 'cartpole_swingup'" in out
+    code, out = main("train", "--resume", folder, "--num-envs", "8", capsys=capsys)
+    assert code == 2 and "drop ['--num-envs']" in out
+    # a truncated checkpoint and a truncated record, in a copy of the run
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    data = (copy / run_dir.CHECKPOINT).read_bytes()
+    (copy / run_dir.CHECKPOINT).write_bytes(data[: len(data) // 2])
+    code, out = main("play", copy, capsys=capsys)
+    assert code == 2 and "missing or truncated" in out
+    text = (copy / run_dir.RECORD).read_text()
+    (copy / run_dir.RECORD).write_text(text[: len(text) // 2])
+    code, out = main("play", copy, capsys=capsys)
+    assert code == 2 and "not a run record" in out
+
+
+def test_an_existing_run_is_never_overwritten(run, capsys):
+    folder, _ = run
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    code, out = main("train", TASK, "--out", folder, *TRAIN, capsys=capsys)
+    assert code == 2 and "already holds a run" in out
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+
+
+def test_onnx_without_our_metadata_is_refused(tmp_path, capsys):
+    model = onnx_graph.to_onnx(lambda x: x * 2.0, [np.zeros((1, 5), np.float32)], ["obs"],
+                               ["action"], "plain")  # fmt: skip
+    plain = tmp_path / "plain.onnx"
+    plain.write_bytes(model.SerializeToString())
+    code, out = main("sim2sim", plain, capsys=capsys)
+    assert code == 2 and "has no 'mjxrunner' metadata" in out
+    (tmp_path / "junk.onnx").write_bytes(b"not a model")
+    code, out = main("sim2sim", tmp_path / "junk.onnx", capsys=capsys)
+    assert code == 2 and "is not an ONNX model" in out
+    code, out = main("sim2sim", tmp_path / "none.onnx", capsys=capsys)
+    assert code == 2 and "no ONNX file" in out
+
+
+def test_export_refuses_a_bad_file_name_and_names_what_it_cannot_convert(run, tmp_path):
+    folder, _ = run
+    with pytest.raises(ValueError, match=r"must end in \.onnx"):
+        export.export(folder, tmp_path / "policy.pt")
+    assert list(tmp_path.iterdir()) == []
+    sort = lambda x: jnp.sort(x)  # noqa: E731 - no rule for sort
+    with pytest.raises(onnx_graph.Unsupported, match="'sort'"):
+        onnx_graph.to_onnx(sort, [np.zeros(3, np.float32)], ["x"], ["y"], "s")
