@@ -46,6 +46,7 @@ MOVED = {
     "gym": "doors.gym",
     "torch": "doors.torch",
     "rsl_rl": "doors.rsl_rl",
+    "sb3": "doors.sb3",
     "brax": "doors.brax",
     "registration": "doors.registration",
     "cli": "tools.cli",
@@ -54,7 +55,7 @@ MOVED = {
 
 PUBLIC = frozenset(
     # the paths the README and the docs name, and the top-level names of mjxrunner
-    {"env", "gym", "torch", "rsl_rl", "brax", "models", "params"}
+    {"env", "gym", "torch", "rsl_rl", "sb3", "brax", "models", "params"}
     | {"core", "guards", "health", "registration", "cpu_fusion", "cpu_linalg"}
 )
 """Old paths that resolve without a warning."""
