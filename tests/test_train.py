@@ -4,7 +4,7 @@ ONNX graphs against the JAX functions they were written from; bad input.
 
 The run is small (impl c, 32 worlds, ~61 k env steps, ~15 s here): its
 deterministic policy holds the pole for the whole 500-step episode on the seeds
-tried, where a uniformly random policy drops it after ~20 steps. The test asks for
+tried, where a uniformly random policy drops it after ~66 steps. The test asks for
 three times the random return, in ``play`` and in ``sim2sim``, and for the two to
 agree within noise (the command's own rule).
 """
@@ -160,7 +160,7 @@ def test_the_deploy_loop_runs_without_jax(run, tmp_path):
                         "numpy", "onnxruntime"}, imported  # fmt: skip
     _, files = run
     policy = deploy.Policy(files["policy"])
-    env, starts = sim2sim.starts(TASK, 2, seed=1)
+    env, starts, _ = sim2sim.starts(TASK, 2, seed=1)
     np.savez(tmp_path / "starts.npz", **starts)
     scene = tmp_path / "scene.xml"
     import mujoco
@@ -249,3 +249,53 @@ def test_export_refuses_a_bad_file_name_and_names_what_it_cannot_convert(run, tm
     sort = lambda x: jnp.sort(x)  # noqa: E731 - no rule for sort
     with pytest.raises(onnx_graph.Unsupported, match="'sort'"):
         onnx_graph.to_onnx(sort, [np.zeros(3, np.float32)], ["x"], ["y"], "s")
+
+
+# --- a task with per-world state and observation history: the Go1 joystick --------------
+
+
+@pytest.fixture(scope="module")
+def go1_export(tmp_path_factory):
+    """An untrained Go1 joystick run (one update of 2 worlds), played and exported."""
+    folder = tmp_path_factory.mktemp("go1") / "run"
+    config = ppo.PPOConfig(task="go1_joystick", num_envs=2, rollout_steps=4, minibatches=2,
+                           normalize_obs=True, impl="c", num_threads=1)  # fmt: skip
+    config, chunk = trainer.plan(config, 8, 1)
+    trainer.train(config, folder, chunk=chunk, tensorboard=False, progress=False)
+    played = play.play(folder, episodes=3)
+    meta = export.export(folder, folder.parent / "go1.onnx")
+    return folder, played, meta
+
+
+def test_the_go1_deploy_loop_keeps_command_last_action_and_history(go1_export):
+    folder, played, meta = go1_export
+    inputs = meta["observer"]["inputs"]
+    assert {x["info"]: x["source"] for x in inputs if "info" in x} == {
+        "['command']": "held",
+        "['last_action']": "last_action",
+    }
+    history = {t["term"]: t["history"] for t in meta["observer"]["terms"]}
+    assert history["joint_pos"] == history["joint_vel"] == 3 and history["command"] == 1
+    assert meta["normalizer_inside"] is True
+    native = sim2sim.sim2sim(folder.parent / "go1.onnx", episodes=3)
+    # the same starts, commands and deterministic policy: the same episodes, up to the
+    # float32 rounding of the graphs against the env's own float32 observation
+    assert native["lengths"] == played["lengths"]
+    np.testing.assert_allclose(native["returns"], played["returns"], rtol=1e-3, atol=1e-4)
+    assert native["agrees"] is True
+
+
+def test_observed_state_that_follows_the_physics_is_not_exported(run):
+    from mjxrunner.tasks import cartpole
+
+    task = cartpole.BALANCE.replace(
+        name="cartpole_with_memory",
+        observation=lambda m, d, info: jnp.concatenate([d.qpos, info["seen"]]),
+        reward=lambda m, d, a, nd, info: cartpole.balance_reward(m, d, a, nd),
+        terminated=lambda m, d, info: cartpole.balance_terminated(m, d),
+        initial_info=lambda m, d, key: {"seen": jnp.zeros(1)},
+        update_info=lambda m, d, a, nd, info, key: {"seen": nd.qvel[:1]},
+    )
+    env = E.make(task, 1, impl="c", num_threads=1)
+    with pytest.raises(ValueError, match=r"observes info\['seen'\], which update_info changes"):
+        export.observer_graph(env)

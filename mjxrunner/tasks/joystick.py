@@ -15,7 +15,10 @@ standing pose (the scenes' position actuators take it so: a zero action stands).
   usual shaping: vertical velocity, roll and pitch rates, base orientation, base
   height (from the standing height), joint torques, action rate, joints beyond 90 %
   of their range, feet air time (rewarded at touchdown, while a command asks to
-  move), foot slip (horizontal speed of a foot on the ground);
+  move), foot slip (horizontal speed of a foot on the ground). A step's reward is
+  clipped at 0 from below, as MuJoCo Playground's joystick tasks clip it: with the
+  penalties above the tracking terms, a policy would otherwise learn to fall at once
+  (measured here: episodes of ~10 steps after 3.8 M steps of PPO);
 * **termination** on a fall: the base below :attr:`Legged.min_height` or upside
   down;
 * **the kit**: latency and pushes are env options (:data:`LATENCY`, :data:`PUSHES`);
@@ -214,7 +217,8 @@ def joystick_task(
             "feet_air_time": moving * jnp.sum((air - AIR_TIME_TARGET) * first),
             "foot_slip": jnp.sum(contact * jnp.sum(foot_speed**2, axis=-1)),
         }
-        return substeps * model.opt.timestep * sum(WEIGHTS[k] * v for k, v in terms.items())
+        total = substeps * model.opt.timestep * sum(WEIGHTS[k] * v for k, v in terms.items())
+        return jnp.maximum(total, 0.0)  # never below 0: ending an episode early never pays
 
     def terminated(model, data, info) -> jax.Array:
         del model, info

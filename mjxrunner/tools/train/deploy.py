@@ -49,7 +49,8 @@ def _session(path: Path) -> onnxruntime.InferenceSession:
 
 
 class Policy:
-    """An exported policy and its observer.
+    """An exported policy and its observer, with the state the loop keeps between
+    control steps: each term's history, the last action, the held task state.
 
     Args:
       path: the policy's ``.onnx`` file, as ``mjxrunner export`` wrote it.
@@ -60,7 +61,7 @@ class Policy:
 
     Attributes:
       meta: the metadata (task, observation layout, action bounds, control period,
-        ``substeps``, observer inputs, what ``play`` measured).
+        ``substeps``, the observer's inputs and terms, what ``play`` measured).
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -79,18 +80,52 @@ class Policy:
         if "file" not in observer:
             raise ValueError(f"{str(path)!r} has no observer: {observer['missing']}")
         self.observer = _session(path.with_name(observer["file"]))
-        self.inputs = [(x["field"], tuple(x["shape"])) for x in observer["inputs"]]
+        self.inputs = observer["inputs"]
+        self.terms = observer["terms"]
+        self.held_inputs = [x["info"] for x in self.inputs if x.get("source") == "held"]
+        self._held: dict[str, np.ndarray] | None = None  # until reset() gives it
+        self._last_action = np.zeros(len(self.meta["action"]["low"]), np.float32)
+        self._history: list[list[np.ndarray]] | None = None
+
+    def reset(self, held: dict[str, np.ndarray] | None = None) -> None:
+        """Starts an episode: no history, a zero last action, and ``held`` (by info
+        path, e.g. ``"['command']"``) for the task state given at the start."""
+        held = held or {}
+        missing = [p for p in self.held_inputs if p not in held]
+        if missing:
+            raise ValueError(f"the policy observes task state {missing}; give it to reset()")
+        self._held = {p: np.asarray(held[p], np.float32) for p in self.held_inputs}
+        self._last_action = np.zeros(len(self.meta["action"]["low"]), np.float32)
+        self._history: list[list[np.ndarray]] | None = None
+
+    def _feed(self, data: mujoco.MjData, x: dict) -> np.ndarray:
+        if "field" in x:
+            value = getattr(data, x["field"])
+        elif x["source"] == "held":
+            if self._held is None:
+                raise ValueError(f"the policy observes task state {x['info']}: call reset()")
+            value = self._held[x["info"]]
+        else:  # the last action
+            value = self._last_action
+        return np.asarray(value, np.float32).reshape(x["shape"])
 
     def observe(self, data: mujoco.MjData) -> np.ndarray:
-        """``(1, n)`` float32: the task's observation of ``data``."""
-        feeds = {
-            f: np.asarray(getattr(data, f), np.float32).reshape(shape) for f, shape in self.inputs
-        }
-        return self.observer.run(None, feeds)[0]
+        """``(1, n)`` float32: what the policy sees of ``data``, each term's history
+        (oldest first) in place of the term where it has one."""
+        feeds = {x.get("field") or f"info{x['info']}": self._feed(data, x) for x in self.inputs}
+        terms = [t[0] for t in self.observer.run(None, feeds)]
+        if self._history is None:  # an episode's first observation fills its history
+            pairs = zip(terms, self.terms, strict=True)
+            self._history = [[v] * spec["history"] for v, spec in pairs]
+        else:
+            self._history = [[*h[1:], v] for h, v in zip(self._history, terms, strict=True)]
+        return np.concatenate([np.concatenate(h) for h in self._history])[None]
 
     def control(self, data: mujoco.MjData) -> np.ndarray:
         """``(nu,)``: the control the policy gives for ``data``."""
-        return self.session.run(None, {"obs": self.observe(data)})[0][0]
+        action = self.session.run(None, {"obs": self.observe(data)})[0][0]
+        self._last_action = action
+        return action
 
 
 def run_episode(
@@ -99,14 +134,17 @@ def run_episode(
     start: dict[str, np.ndarray],
     steps: int,
     fields: list[tuple[str, tuple[int, ...]]] = (),
+    held: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Runs ``steps`` control steps from ``start`` (``qpos``, ``qvel``, ``act``).
+    """Runs ``steps`` control steps from ``start`` (``qpos``, ``qvel``, ``act``),
+    with ``held`` the task state given at the start (see :meth:`Policy.reset`).
 
     Returns:
       ``(trajectory, actions)``: each of ``fields`` (``MjData`` name and the shape to
       give it) at every control time, ``(steps + 1, *shape)``, and the controls
       applied, ``(steps, nu)``.
     """
+    policy.reset(held)
     data = mujoco.MjData(model)
     for name in START_FIELDS:
         getattr(data, name)[:] = start[name]
@@ -132,7 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Run an exported policy on plain MuJoCo.")
     p.add_argument("policy", help="the policy's .onnx file")
     p.add_argument("scene", help="the task's MJCF scene")
-    p.add_argument("--starts", required=True, help=".npz of qpos, qvel, act, one row each")
+    p.add_argument(
+        "--starts",
+        required=True,
+        help=".npz of qpos, qvel, act, one row per episode, and of the held task state by "
+        "its info path (e.g. \"['command']\")",
+    )
     p.add_argument("--steps", type=int, help="control steps (default: the task's episode)")
     p.add_argument("--out", required=True, help=".npz of qpos and qvel, (episodes, steps+1, .)")
     args = p.parse_args(argv)
@@ -140,12 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     model = mujoco.MjModel.from_xml_path(args.scene)
     steps = args.steps or policy.meta["max_episode_steps"]
     with np.load(args.starts) as f:
-        starts = {k: f[k] for k in START_FIELDS}
+        starts = {k: f[k] for k in f.files}
     fields = [("qpos", (model.nq,)), ("qvel", (model.nv,))]
-    runs = [
-        run_episode(policy, model, {k: v[i] for k, v in starts.items()}, steps, fields)[0]
-        for i in range(len(starts["qpos"]))
-    ]
+    runs = []
+    for i in range(len(starts["qpos"])):
+        one = {k: v[i] for k, v in starts.items()}
+        held = {p: one[p] for p in policy.held_inputs}
+        runs.append(run_episode(policy, model, one, steps, fields, held)[0])
     np.savez(args.out, **{f: np.stack([r[f] for r in runs]) for f, _ in fields})
     print(json.dumps({"episodes": len(runs), "jax_loaded": "jax" in sys.modules}))
     return 0

@@ -8,10 +8,14 @@ Two files, both written by :mod:`.onnx_graph` from the JAX functions the env run
   ``action`` ``(1, nu)``, the control to write into ``MjData.ctrl``. The
   observation normalizer (frozen at the run's statistics) and the clipping to the
   control range are inside; the action is the Gaussian's mean.
-- ``FILE``'s observer (``x.onnx`` -> ``x.observer.onnx``): the task's observation as
-  a graph of the ``MjData`` fields it reads (inputs named after them, float32), what
-  a robot's state estimate would give. Not written for a task whose observation
-  reads per-world task state (a command) or keeps a history; the metadata says why.
+- ``FILE``'s observer (``x.onnx`` -> ``x.observer.onnx``): the task's observation
+  terms, before noise and history, as a graph of the ``MjData`` fields it reads
+  (inputs named after them, float32: what a robot's state estimate would give) and
+  of the task state it reads, where the deploy loop can keep that state: a value
+  ``update_info`` passes on unchanged (a command, given at the episode's start) or
+  the last action. A term's history is kept by the loop (:mod:`.deploy`). Not
+  written for a task that observes state changing with the physics; the metadata
+  then says why.
 
 The policy's metadata (key ``"mjxrunner"``, JSON; see :mod:`.deploy`) holds the
 task, observation layout and size, action bounds, control period and ``substeps``,
@@ -32,8 +36,9 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from mjxrunner.kit import normalize
+from mjxrunner.kit import normalize, observations
 from mjxrunner.rl import env as E
+from mjxrunner.rl import restart
 from mjxrunner.tools.train import deploy, onnx_graph, play, ppo
 
 
@@ -59,40 +64,125 @@ def policy_graph(env: E.Env, record: dict, params: dict, obs_norm: Any):
     return onnx_graph.to_onnx(policy, [arg], ["obs"], ["action"], f"{env.task.name}_policy")
 
 
-def observer_graph(env: E.Env) -> tuple[Any, list[dict]]:
-    """``(ONNX model, inputs)``: the task's observation of one world from the
-    ``MjData`` fields it reads.
+def _fields(data: Any) -> tuple[list[str], list[Any], Any]:
+    """``(MjData names, leaf specs, treedef)`` of one world's ``mjx.Data``."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(data)
+    names = [jax.tree_util.keystr(p).lstrip(".").removeprefix("_impl.") for p, _ in flat]
+    return names, [jax.ShapeDtypeStruct(x.shape, x.dtype) for _, x in flat], treedef
+
+
+def info_sources(env: E.Env) -> dict[str, str]:
+    """How each leaf of the task's info (by path) evolves over an episode: ``"held"``
+    (``update_info`` passes it on as it is, e.g. a command), ``"last_action"`` (it
+    becomes the step's action) or ``"state"`` (anything else)."""
+    task = env.task
+    info = jax.eval_shape(lambda: restart_info(env))
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(info)[0]]
+    if task.update_info is None:
+        return dict.fromkeys(paths, "held")
+    _, data, treedef = _fields(env.start)
+    action = jax.ShapeDtypeStruct((env.action_size,), jnp.float32)
+    info_leaves, info_def = jax.tree.flatten(info)
+    n = len(data)
+
+    def update(*args):
+        d, nd = (
+            jax.tree.unflatten(treedef, args[:n]),
+            jax.tree.unflatten(treedef, args[n + 1 : 2 * n + 1]),
+        )
+        i = jax.tree.unflatten(info_def, args[2 * n + 1 :])
+        new = task.update_info(env.model.tree, d, args[n], nd, i, jax.random.key(0))
+        return jax.tree.leaves(new)
+
+    closed = jax.make_jaxpr(update)(*data, action, *data, *info_leaves)
+    jaxpr = closed.jaxpr
+    action_var, info_vars = jaxpr.invars[n], jaxpr.invars[2 * n + 1 :]
+    made = {v: e for e in jaxpr.eqns for v in e.outvars}
+    sources = {}
+    for path, var, out in zip(paths, info_vars, jaxpr.outvars, strict=True):
+        eqn = made.get(out)
+        if out is var:
+            sources[path] = "held"
+        elif out is action_var or (
+            eqn is not None and eqn.primitive.name == "convert_element_type"
+            and eqn.invars[0] is action_var
+        ):  # fmt: skip
+            sources[path] = "last_action"
+        else:
+            sources[path] = "state"
+    return sources
+
+
+def restart_info(env: E.Env) -> Any:
+    """One world's info as a restart draws it (for shapes)."""
+    return env.task.initial_info(env.model.tree, env.start, jax.random.key(0))
+
+
+def observer_graph(env: E.Env) -> tuple[Any, dict]:
+    """``(ONNX model, description)``: the task's observation terms of one world, before
+    noise and history, from the ``MjData`` fields and the info leaves it reads.
+
+    The description lists the inputs (``{"field", "shape"}``, or ``{"info", "shape",
+    "source"}`` with source ``"held"`` or ``"last_action"``: see
+    :func:`info_sources`) and the outputs, one per term in sorted order
+    (``{"term", "size", "history"}``).
 
     Raises:
-      ValueError: a task with per-world state or observation history, or one that
-        reads something the native ``MjData`` does not hold.
+      ValueError: the observation reads something the native ``MjData`` does not
+        hold, or task state that changes with the physics (the deploy loop could
+        not keep it).
     """
     task = env.task
-    if task.has_info:
-        raise ValueError(f"task {task.name!r} observes per-world task state (info)")
-    if env.pipeline.history:
-        raise ValueError(f"task {task.name!r} keeps an observation history")
-    flat, treedef = jax.tree_util.tree_flatten_with_path(env.start)
-    fields = [jax.tree_util.keystr(p).lstrip(".").removeprefix("_impl.") for p, _ in flat]
-    leaves = [jax.ShapeDtypeStruct(x.shape, x.dtype) for _, x in flat]
-    model = env.model.tree
+    names, data, treedef = _fields(env.start)
+    has_info = task.has_info
+    info = jax.eval_shape(lambda: restart_info(env)) if has_info else None
+    info_flat = jax.tree_util.tree_flatten_with_path(info)[0] if has_info else []
+    info_paths = [jax.tree_util.keystr(p) for p, _ in info_flat]
+    info_leaves = [x for _, x in info_flat]
+    info_def = jax.tree.structure(info) if has_info else None
+    model, n = env.model.tree, len(data)
+    spec = restart.raw_spec(task, env.model, env.start)
+    terms = sorted(spec) if isinstance(spec, dict) else [observations.WHOLE]
 
-    def observe(*leaves: jax.Array) -> jax.Array:
-        data = jax.tree.unflatten(treedef, leaves)
-        return ppo.flat_obs(task.observation(model, data))[None]
+    def observe(*args: jax.Array) -> list[jax.Array]:
+        d = jax.tree.unflatten(treedef, args[:n])
+        if has_info:
+            obs = task.observation(model, d, jax.tree.unflatten(info_def, args[n:]))
+        else:
+            obs = task.observation(model, d)
+        obs = obs if isinstance(obs, dict) else {observations.WHOLE: obs}
+        return [obs[t].reshape(1, -1) for t in terms]
 
-    used = onnx_graph.used_inputs(observe, leaves)
-    names = [f if u else None for f, u in zip(fields, used, strict=True)]
-    foreign = [f for f in names if f is not None and not hasattr(mujoco.MjData, f)]
-    if foreign:
-        raise ValueError(f"task {task.name!r} observes {foreign}, which MjData does not hold")
-    graph = onnx_graph.to_onnx(observe, leaves, names, ["obs"], f"{task.name}_observer")
-    inputs = [
-        {"field": f, "shape": list(x.shape)}
-        for f, x in zip(names, leaves, strict=True)
-        if f is not None
-    ]
-    return graph, inputs
+    args = [*data, *info_leaves]
+    used = onnx_graph.used_inputs(observe, args)
+    inputs, input_names = [], []
+    sources = info_sources(env) if has_info else {}
+    for i, (x, u) in enumerate(zip(args, used, strict=True)):
+        if not u:
+            input_names.append(None)
+        elif i < n:
+            if not hasattr(mujoco.MjData, names[i]):
+                raise ValueError(f"task {task.name!r} observes {names[i]!r}, not in MjData")
+            inputs.append({"field": names[i], "shape": list(x.shape)})
+            input_names.append(names[i])
+        else:
+            path = info_paths[i - n]
+            if sources[path] == "state":
+                raise ValueError(
+                    f"task {task.name!r} observes info{path}, which update_info changes with "
+                    "the physics: the deploy loop cannot keep it"
+                )
+            inputs.append({"info": path, "shape": list(x.shape), "source": sources[path]})
+            input_names.append(f"info{path}")
+    history = dict(env.pipeline.history)
+    outputs = [
+        {"term": t, "size": int(np.prod((spec[t] if isinstance(spec, dict) else spec).shape)),
+         "history": history.get(t, 1)}
+        for t in terms
+    ]  # fmt: skip
+    out_names = [f"term_{i}" for i in range(len(terms))]
+    graph = onnx_graph.to_onnx(observe, args, input_names, out_names, f"{task.name}_observer")
+    return graph, {"inputs": inputs, "terms": outputs}
 
 
 def metadata(env: E.Env, record: dict, folder: Path, observer: dict) -> dict:
@@ -128,8 +218,8 @@ def export(folder: str | os.PathLike, path: str | os.PathLike) -> dict:
     policy = policy_graph(env, record, params, obs_norm)
     beside = deploy.observer_path(path)
     try:
-        observer, inputs = observer_graph(env)
-        described = {"file": beside.name, "inputs": inputs}
+        observer, described = observer_graph(env)
+        described = {"file": beside.name, **described}
     except ValueError as e:
         observer, described = None, {"missing": str(e)}
     meta = metadata(env, record, Path(folder), described)

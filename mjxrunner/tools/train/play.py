@@ -3,8 +3,8 @@
 One world per episode, every world from its own start (the task's
 ``initial_state`` on the world's key stream), the Gaussian's mean as the action and
 the observation normalizer frozen at the run's statistics. The task runs nominal:
-without the training's latency and pushes, as :mod:`.sim2sim` runs it, so the two
-returns compare. Returns and lengths are summed on the host until every episode has
+without sensor noise and the training's latency and pushes, as :mod:`.sim2sim` runs
+it, so the two returns compare. Returns and lengths are summed on the host until every episode has
 ended (terminated or truncated at ``max_episode_steps``); ``play.json`` in the run's
 folder keeps them, and :mod:`.export` copies them into the ONNX file's metadata.
 With ``video``, chosen worlds are drawn by MuJoCo's renderer every few steps
@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import mujoco
 import numpy as np
 
+from mjxrunner import tasks
+from mjxrunner.kit import observations
 from mjxrunner.rl import env as E
 from mjxrunner.tools.train import ppo, run_dir, trainer
 
@@ -40,14 +43,22 @@ def load_policy(folder: str | os.PathLike) -> tuple[dict, ppo.PPOConfig, dict, A
     return record, config, params, state.obs_norm
 
 
+def nominal_env_of(task: Any, num_envs: int, impl: str, num_threads: int | None = None) -> E.Env:
+    """``task`` on ``num_envs`` worlds as play and sim2sim evaluate it: without sensor
+    noise (its observation history kept), latency or pushes, autoreset off."""
+    task = tasks.get(task) if isinstance(task, str) else task
+    config = task.obs_config
+    if config is not None and config.noise:
+        task = task.replace(obs_config=observations.ObsConfig(history=dict(config.history)))
+    options = {"num_threads": num_threads} if impl in ("c", "cpp") and num_threads else {}
+    return E.make(task, num_envs, autoreset="disabled", impl=impl, **options)
+
+
 def nominal_env(config: ppo.PPOConfig, num_envs: int, impl: str | None = None) -> E.Env:
-    """The run's task on ``num_envs`` worlds without latency or pushes, autoreset off."""
-    options = {} if config.num_threads is None else {"num_threads": config.num_threads}
+    """The run's task, nominal (:func:`nominal_env_of`), with the run's normalization."""
     impl = impl or config.impl
-    if impl != "c":
-        options = {}
-    return E.make(config.task, num_envs, autoreset="disabled",
-                  normalize_obs=config.normalize_obs, impl=impl, **options)  # fmt: skip
+    env = nominal_env_of(config.task, num_envs, impl, config.num_threads)
+    return env.with_obs_normalization(True) if config.normalize_obs else env
 
 
 def summary(returns: np.ndarray, lengths: np.ndarray) -> dict:
@@ -130,7 +141,13 @@ def _drawer(env: E.Env, worlds: tuple[int, ...], size: tuple[int, int], camera):
         pictures = []
         for w in worlds:
             _, model, data, local = E.world_scene(env, state, w)
-            pictures.append(renderer.frame(model, data, local, camera, width, height))
+            try:
+                pictures.append(renderer.frame(model, data, local, camera, width, height))
+            except mujoco.FatalError as e:  # no OpenGL context: a machine without display
+                raise ValueError(
+                    f"--video could not draw ({e}); on a machine without a display set "
+                    "MUJOCO_GL=egl (or osmesa) before starting"
+                ) from e
         return np.concatenate(pictures, axis=1)
 
     return draw

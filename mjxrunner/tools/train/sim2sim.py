@@ -23,48 +23,78 @@ import numpy as np
 
 from mjxrunner import tasks
 from mjxrunner.rl import env as E
-from mjxrunner.tools.train import deploy, onnx_graph, play
+from mjxrunner.tools.train import deploy, export, onnx_graph, play
 
 
-def starts(task: Any, episodes: int, seed: int) -> tuple[E.Env, dict[str, np.ndarray]]:
-    """``(env, starts)``: one world per episode, started as ``play`` starts them."""
-    env = E.make(task, episodes, autoreset="disabled", impl="c", num_threads=1)
-    data = E.reset(env, jax.random.key(seed)).runner.data
-    return env, {f: np.asarray(getattr(data, f), np.float64) for f in deploy.START_FIELDS}
+def starts(task: Any, episodes: int, seed: int) -> tuple[E.Env, dict[str, np.ndarray], Any]:
+    """``(env, starts, info)``: one world per episode, started as ``play`` starts them:
+    the state (``qpos``, ``qvel``, ``act``, one row each) and the task's info (leading
+    episode axis; None for a task without one)."""
+    env = play.nominal_env_of(task, episodes, "c", num_threads=1)
+    state = E.reset(env, jax.random.key(seed))
+    data = state.runner.data
+    first = {f: np.asarray(getattr(data, f), np.float64) for f in deploy.START_FIELDS}
+    return env, first, jax.device_get(state.info)
+
+
+def held_values(policy: deploy.Policy, info: Any, episode: int) -> dict[str, np.ndarray]:
+    """The task state ``policy`` is given at the start of ``episode``, by info path."""
+    if info is None:
+        return {}
+    flat = jax.tree_util.tree_flatten_with_path(info)[0]
+    values = {jax.tree_util.keystr(p): np.asarray(x[episode]) for p, x in flat}
+    return {p: values[p] for p in policy.held_inputs}
 
 
 def scorer(env: E.Env):
-    """``(fields, score)``: the ``MjData`` fields the task's reward and termination
-    read, and ``score(trajectory, actions) -> (rewards, terminated)`` over the steps
-    of one recorded episode."""
+    """``(fields, score)``: the ``MjData`` fields the task's reward, termination and
+    info updates read, and ``score(trajectory, actions, info) -> (rewards,
+    terminated)`` over the steps of one recorded episode, the info carried along as
+    the env carries it (the reward and termination of a step see the info it was
+    taken under)."""
     task, model = env.task, env.model.tree
     flat, treedef = jax.tree_util.tree_flatten_with_path(env.start)
     names = [jax.tree_util.keystr(p).lstrip(".").removeprefix("_impl.") for p, _ in flat]
     template = [x for _, x in flat]
+    n = len(template)
 
-    def one(before, action, after):
+    def one(before, action, after, info, key):
         data, nxt = (jax.tree.unflatten(treedef, x) for x in (before, after))
-        reward = task.reward(model, data, action, nxt)
-        return reward, task.terminated(model, nxt)
+        if info is None:
+            return task.reward(model, data, action, nxt), task.terminated(model, nxt), None
+        reward = task.reward(model, data, action, nxt, info)
+        terminated = task.terminated(model, nxt, info)
+        if task.update_info is not None:
+            info = task.update_info(model, data, action, nxt, info, key)
+        return reward, terminated, info
 
     leaves = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in template]
     action = jax.ShapeDtypeStruct((env.action_size,), jnp.float32)
+    info0 = export.restart_info(env) if task.has_info else None  # for what is read
     reads = onnx_graph.used_inputs(
-        lambda *x: one(list(x[: len(leaves)]), x[len(leaves)], list(x[len(leaves) + 1 :])),
+        lambda *x: one(list(x[:n]), x[n], list(x[n + 1 : 2 * n + 1]), info0, jax.random.key(0)),
         [*leaves, action, *leaves],
     )
-    read = [i for i in range(len(leaves)) if reads[i] or reads[len(leaves) + 1 + i]]
+    read = [i for i in range(n) if reads[i] or reads[n + 1 + i]]
     fields = [(names[i], tuple(template[i].shape)) for i in read]
 
     @jax.jit
-    def score(trajectory: dict, actions: jax.Array):
+    def score(trajectory: dict, actions: jax.Array, info: Any):
         steps = actions.shape[0]
         before = [jnp.broadcast_to(x, (steps, *x.shape)) for x in template]
         after = list(before)
         for i in read:
             series = trajectory[names[i]].astype(template[i].dtype)
             before[i], after[i] = series[:-1], series[1:]
-        return jax.vmap(one)(before, actions.astype(jnp.float32), after)
+        keys = jax.random.split(jax.random.key(0), steps)
+
+        def body(info, x):
+            b, a, nxt, key = x
+            reward, terminated, info = one(b, a, nxt, info, key)
+            return info, (reward, terminated)
+
+        _, out = jax.lax.scan(body, info, (before, actions.astype(jnp.float32), after, keys))
+        return out
 
     return fields, score
 
@@ -83,18 +113,17 @@ def sim2sim(path: str | os.PathLike, *, episodes: int = 16, seed: int = 1) -> di
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     policy = deploy.Policy(path)
     task = tasks.get(policy.meta["task"])
-    if task.has_info:
-        raise ValueError(f"task {task.name!r} keeps per-world state; sim2sim cannot run it yet")
-    env, first = starts(task, episodes, seed)
+    env, first, info = starts(task, episodes, seed)
     fields, score = scorer(env)
     model = env.host.mj_model
     returns, lengths = [], []
     for i in range(episodes):
         start = {k: v[i] for k, v in first.items()}
         trajectory, actions = deploy.run_episode(
-            policy, model, start, task.max_episode_steps, fields
+            policy, model, start, env.task.max_episode_steps, fields, held_values(policy, info, i)
         )
-        rewards, terminated = jax.device_get(score(trajectory, actions))
+        info_i = None if info is None else jax.tree.map(lambda x, i=i: x[i], info)
+        rewards, terminated = jax.device_get(score(trajectory, actions, info_i))
         r, n = episode_return(np.asarray(rewards), np.asarray(terminated))
         returns.append(r)
         lengths.append(n)
