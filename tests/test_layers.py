@@ -163,11 +163,15 @@ def test_old_paths_are_the_moved_modules():
 
 
 def test_import_mjxrunner_imports_no_trainer():
-    """The trainers are optional extras: only their adapter modules import them."""
+    """The trainers and the train extra are optional: only their adapter modules and
+    ``mjxrunner.tools.train`` import them, and the command line only when a command
+    needs them."""
+    extras = ("torch", "brax", "rsl_rl", "skrl", "tensordict", "flax", "stable_baselines3",
+              "optax", "onnx", "onnxruntime", "tensorboardX")  # fmt: skip
     code = (
-        "import sys, mjxrunner, mjxrunner.gym; "
-        "print(sorted(m for m in ('torch', 'brax', 'rsl_rl', 'skrl', 'tensordict', 'flax') "
-        "if m in sys.modules))"
+        "import sys, mjxrunner, mjxrunner.gym, mjxrunner.tools.cli; "
+        "mjxrunner.tools.cli.parser(); "
+        f"print(sorted(m for m in {extras!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
