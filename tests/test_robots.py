@@ -117,6 +117,10 @@ def test_a_joystick_task_runs_with_the_kit(joystick_env):
     # standing still under a command to move: the tracking error is the command
     metrics = state.info["metrics"]
     assert np.asarray(metrics["lin_vel_error"]).max() > 0.05
+    # the logged terms are the reward's: their sum, clipped at 0 from below, is it
+    terms = [np.asarray(v) for k, v in metrics.items() if k.startswith("reward/")]
+    assert len(terms) == len(joystick.WEIGHTS)
+    np.testing.assert_allclose(np.maximum(sum(terms), 0.0), rewards[-1], rtol=1e-5, atol=1e-7)
     # randomization reached the worlds: masses and centres of mass per world
     assert len({tuple(np.asarray(state.model.tree.body_mass)[i]) for i in range(4)}) == 4
     base = models.load(name).body(ROBOTS[name].base).id

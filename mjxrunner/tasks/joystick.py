@@ -190,8 +190,8 @@ def joystick_task(
         del model
         return observe(data, info, jnp.asarray(_layout(robot).q0))
 
-    def reward(model, data, action, next_data, info) -> jax.Array:
-        del data
+    def reward_terms(model, action, next_data, info) -> dict:
+        """Each term of the reward, unweighted."""
         layout = _layout(robot)
         command = info["command"]
         lin_err, yaw_err = tracking_errors(next_data, command)
@@ -217,7 +217,17 @@ def joystick_task(
             "feet_air_time": moving * jnp.sum((air - AIR_TIME_TARGET) * first),
             "foot_slip": jnp.sum(contact * jnp.sum(foot_speed**2, axis=-1)),
         }
-        total = substeps * model.opt.timestep * sum(WEIGHTS[k] * v for k, v in terms.items())
+        return terms
+
+    def weighted(model, action, next_data, info) -> dict:
+        """Each term of the reward as it enters the sum (per control step)."""
+        dt = substeps * model.opt.timestep
+        terms = reward_terms(model, action, next_data, info)
+        return {k: dt * WEIGHTS[k] * v for k, v in terms.items()}
+
+    def reward(model, data, action, next_data, info) -> jax.Array:
+        del data
+        total = sum(weighted(model, action, next_data, info).values())
         return jnp.maximum(total, 0.0)  # never below 0: ending an episode early never pays
 
     def terminated(model, data, info) -> jax.Array:
@@ -233,11 +243,16 @@ def joystick_task(
             "last_action": jnp.zeros(model.nu, dtype),
             "air_time": jnp.zeros(nfeet, dtype),
             "contact": jnp.ones(nfeet, bool),
-            "metrics": {"lin_vel_error": zero, "yaw_rate_error": zero},
+            "metrics": {
+                "lin_vel_error": zero,
+                "yaw_rate_error": zero,
+                **{f"reward/{k}": zero for k in WEIGHTS},
+            },
         }
 
     def update_info(model, data, action, next_data, info, key) -> dict:
         del data, key
+        dtype = info["command"].dtype
         lin_err, yaw_err = tracking_errors(next_data, info["command"])
         contact = on_ground(next_data)
         air = info["air_time"] + substeps * model.opt.timestep
@@ -246,7 +261,15 @@ def joystick_task(
             "last_action": action.astype(info["command"].dtype),
             "air_time": jnp.where(contact, 0.0, air).astype(air.dtype),
             "contact": contact,
-            "metrics": {"lin_vel_error": jnp.sqrt(lin_err), "yaw_rate_error": jnp.sqrt(yaw_err)},
+            "metrics": {
+                "lin_vel_error": jnp.sqrt(lin_err),
+                "yaw_rate_error": jnp.sqrt(yaw_err),
+                # the reward's terms, weighted, logged per step: what to tune them by
+                **{
+                    f"reward/{k}": v.astype(dtype)
+                    for k, v in weighted(model, action, next_data, info).items()
+                },
+            },
         }
 
     def initial_state(model, data, key) -> mjx.Data:
