@@ -182,6 +182,27 @@ def test_randomization_draws_from_defaults_and_never_drifts(fresh):
     assert len(set(np.round(r.param("body_invweight0")[:, 2, 0], 5))) == N
 
 
+def test_linked_terms_draw_one_factor_for_every_field(fresh):
+    r = fresh
+    damping, mass = r.param("dof_damping").copy(), r.param("body_mass").copy()[1:]
+    r.set_randomization(
+        [
+            Term("dof_damping", 0.5, 2.0, link="joint"),
+            Term("body_mass", 0.5, 2.0, index=np.s_[1:], link="joint"),  # cart and pole
+            Term("geom_friction", 0.5, 2.0, index=(0, 0)),  # unlinked: its own numbers
+        ]
+    )
+    f_damping = r.param("dof_damping") / damping
+    f_mass = r.param("body_mass")[:, 1:] / mass
+    np.testing.assert_allclose(f_damping, f_mass, rtol=1e-6)
+    assert len(set(np.round(f_damping[:, 0], 6))) == N  # per world
+    assert not np.allclose(f_damping[:, 0], f_damping[:, 1])  # per element
+    r.reset_envs([2])  # a redraw keeps them linked
+    np.testing.assert_allclose(
+        r.param("dof_damping") / damping, r.param("body_mass")[:, 1:] / mass, rtol=1e-6
+    )
+
+
 def test_randomize_every_n_steps_in_the_step(fresh):
     r = fresh
     r.set_randomization([Term("body_mass", 0.5, 2.0, index=1)], every_n_steps=3)
@@ -208,6 +229,8 @@ def test_bad_terms():
         Term("body_mass", 0.0, 2.0, distribution="loguniform")
     with pytest.raises(TypeError, match="finite"):
         Term("body_mass", np.nan, 1.0)
+    with pytest.raises(TypeError, match="link"):
+        Term("body_mass", 0.5, 1.0, link=3)
 
 
 def test_bad_randomization_changes_nothing(fresh):
@@ -218,6 +241,10 @@ def test_bad_randomization_changes_nothing(fresh):
         fresh.set_randomization([Term("body_mass", 0.5, 2.0, index=7)])
     with pytest.raises(TypeError, match="Term"):
         fresh.set_randomization([("body_mass", 0.5, 2.0)])
+    with pytest.raises(ValueError, match="share link 'x' but not their draws"):
+        fresh.set_randomization(
+            [Term("dof_damping", 0.5, 2.0, link="x"), Term("body_mass", 0.5, 2.0, link="x")]
+        )
     with pytest.raises(ValueError, match="no randomization"):
         fresh.randomize()
     for a, b in zip(before, host_snapshot(fresh), strict=True):

@@ -126,6 +126,15 @@ def test_a_joystick_task_runs_with_the_kit(joystick_env):
     base = models.load(name).body(ROBOTS[name].base).id
     com = np.asarray(state.model.tree.body_ipos)[:, base]
     assert len({tuple(c) for c in com.round(6)}) == 4
+    # servo stiffness drawn per world and actuator, its three fields together: the
+    # pose a zero action holds (bias / gain) is the scene's own
+    gain = np.asarray(state.model.tree.actuator_gainprm)[..., 0]
+    bias = np.asarray(state.model.tree.actuator_biasprm)
+    m = models.load(name)
+    assert len({tuple(g) for g in gain.round(4)}) == 4
+    np.testing.assert_allclose(bias[..., 1], -gain, rtol=1e-6)
+    held = m.actuator_biasprm[:, 0] / m.actuator_gainprm[:, 0]
+    np.testing.assert_allclose(bias[..., 0] / gain, np.broadcast_to(held, gain.shape), atol=1e-6)
 
 
 def test_a_joystick_task_through_gymnasium_and_torch():

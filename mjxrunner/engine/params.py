@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -305,6 +306,10 @@ class Term:
         the draw) or ``"set"`` (the draw itself).
       index: None for the whole field, or an index into its core shape (e.g. a body
         id, or ``(geom_id, 0)`` for one friction coefficient).
+      link: None, or a name shared by terms that must draw the same numbers (the same
+        bounds, distribution, operation and number of elements): one quantity kept in
+        several fields, e.g. a position servo's stiffness, which is its gain and, with
+        the opposite sign, a bias term.
 
     Where terms are attached (:func:`check_terms`), every value a term can draw must
     pass the rules ``set_param`` enforces (finite, masses and damping >= 0, timestep
@@ -317,6 +322,7 @@ class Term:
     distribution: str = "uniform"
     operation: str = "scale"
     index: Any = None
+    link: str | None = None
 
     def __post_init__(self):
         if self.distribution not in ("uniform", "loguniform"):
@@ -333,6 +339,8 @@ class Term:
             raise ValueError(f"Term low ({self.low}) must be <= high ({self.high})")
         if self.distribution == "loguniform" and self.low <= 0:
             raise ValueError("a loguniform term needs 0 < low")
+        if self.link is not None and not (isinstance(self.link, str) and self.link):
+            raise TypeError(f"Term link must be None or a non-empty str, got {self.link!r}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -392,6 +400,7 @@ def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
     """
     terms = tuple(terms)
     bounds: dict[str, list] = {}  # path -> [lowest, highest, term numbers]
+    links: dict[str, tuple] = {}  # link -> (first term number, what its draw is)
     for i, t in enumerate(terms):
         if not isinstance(t, Term):
             raise TypeError(f"randomization terms must be Term, got {type(t).__name__}")
@@ -409,6 +418,15 @@ def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
         where = (Ellipsis,) if t.index is None else np.index_exp[t.index]
         where = (slice(None),) * (base.ndim - len(core)) + where
         target = base[where].astype(np.float64)
+        if t.link is not None:
+            draw = (t.low, t.high, t.distribution, t.operation, target.size)
+            first, known = links.setdefault(t.link, (i, draw))
+            if known != draw:
+                raise ValueError(
+                    f"randomization terms {first} {terms[first]!r} and {i} {t!r} share link "
+                    f"{t.link!r} but not their draws: (low, high, distribution, operation, "
+                    f"elements) {known} against {draw}"
+                )
         ends = {
             "scale": (target * t.low, target * t.high),
             "add": (target + t.low, target + t.high),
@@ -430,6 +448,12 @@ def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
                 f"values): {e}"
             ) from None
     return terms
+
+
+def link_stream(link: str) -> int:
+    """The key stream of linked terms: from the link's name, apart from the term
+    numbers that unlinked terms use."""
+    return (1 << 30) | (zlib.crc32(link.encode()) & ((1 << 30) - 1))
 
 
 def _draw(term: Term, shape: tuple[int, ...], dtype: Any, key: jax.Array) -> jax.Array:
@@ -487,7 +511,8 @@ def randomize(
         base = per_world(default_model, term.path, num_envs)
         where = (slice(None),) + (() if term.index is None else np.index_exp[term.index])
         target = base[where]
-        term_keys = jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(keys)
+        stream = i if term.link is None else link_stream(term.link)
+        term_keys = jax.vmap(lambda k, s=stream: jax.random.fold_in(k, s))(keys)
         draw = jax.vmap(functools.partial(_draw, term, target.shape[1:], base.dtype))(term_keys)
         value = {"scale": target * draw, "add": target + draw, "set": draw}[term.operation]
         drawn[term.path] = drawn.get(term.path, base).at[where].set(value)

@@ -297,11 +297,13 @@ def randomization(robot: Legged) -> list[Term]:
     """The usual domain randomization of a legged robot, for
     ``env.with_randomization``: floor friction 0.4 to 1.0, link masses x0.9 to 1.1,
     the base's centre of mass within 5 cm, joint offsets (``qpos0``) within
-    0.05 rad, and motor strength (each actuator's gear) x0.9 to 1.1.
+    0.05 rad, motor strength (each actuator's gear, which scales its whole force)
+    x0.9 to 1.1, and the servos' stiffness ``kp`` x0.8 to 1.2.
 
-    A position actuator's stiffness sits in three fields (its gain and two bias
-    terms) that independent terms would draw apart, moving the pose it holds: gains
-    are scaled through the gear (the strength) instead."""
+    A position servo's stiffness sits in three fields: its gain ``kp``, the bias
+    ``-kp * q`` and the bias ``kp * q0`` that makes a zero action hold the standing
+    pose. Three terms linked as ``"kp"`` draw one factor per actuator for all three,
+    so the pose a servo holds stays where it was."""
     m = models.load(robot.scene)
     floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
     base = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, robot.base)
@@ -311,7 +313,13 @@ def randomization(robot: Legged) -> list[Term]:
         Term("body_ipos", -0.05, 0.05, operation="add", index=base),
         Term("qpos0", -0.05, 0.05, operation="add", index=np.s_[7:]),
         Term("actuator_gear", 0.9, 1.1, index=np.s_[:, 0]),
+        *(Term(field, 0.8, 1.2, index=np.s_[:, i], link="kp") for field, i in KP_FIELDS),
     ]
+
+
+KP_FIELDS = (("actuator_gainprm", 0), ("actuator_biasprm", 0), ("actuator_biasprm", 1))
+"""Where a position servo's stiffness ``kp`` is: its gain, and the bias terms
+``kp * q0`` and ``-kp * q``."""
 
 
 GO1_JOYSTICK = joystick_task("go1_joystick", GO1)
