@@ -16,10 +16,11 @@ own file:
   other collision geom of the robot switched off (``contype = conaffinity = 0``);
 * sensors a locomotion task reads: an IMU (gyro, accelerometer, local linear
   velocity, orientation, up vector) and each foot's global position and velocity;
-* Menagerie's position actuators and their gains (Go1: ``kp`` 100, damping from
-  the joints, force ranges 23.7/35.55 N m; G1: ``kp`` 500, critically damped, the
-  damping moved into the joints under Euler: see :func:`_damping_in_joints`), with
-  one change: a control is the joint's target as an offset from Menagerie's
+* Menagerie's position actuators (Go1: damping from the joints, force ranges
+  23.7/35.55 N m; G1: ``kp`` 500, critically damped, the damping moved into the
+  joints under Euler: see :func:`_damping_in_joints`), the Go1's stiffness ``kp``
+  35 as MuJoCo Playground trains it rather than Menagerie's 100 (:data:`GO1_KP`),
+  and one change: a control is the joint's target as an offset from Menagerie's
   standing keyframe (``home``, ``stand``), as Playground's and mjlab's policies
   act, so a zero control holds the stance. Control ranges are the joints' ranges
   less the standing pose; the keyframe's controls are zeros.
@@ -176,12 +177,28 @@ def _damping_in_joints(spec: mujoco.MjSpec) -> None:
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_EULER
 
 
+GO1_KP = 35.0
+"""The Go1's servo stiffness (N m/rad), as MuJoCo Playground trains the Go1. With
+Menagerie's 100 the light legs shake under a policy's exploration noise: at 0.1 rad
+of noise per control step, the roll/pitch-rate penalty of ``go1_joystick`` measured
+7x higher, and 200 steps returned 0.15 where standing still returns 1.83; at 35,
+1.12 of 1.75."""
+
+
+def _stiffness(spec: mujoco.MjSpec, kp: float) -> None:
+    """Every position actuator's ``kp`` (its gain, and the bias ``-kp * q``)."""
+    for actuator in spec.actuators:
+        actuator.gainprm[0] = kp
+        actuator.biasprm[1] = -kp
+
+
 def _go1(spec: mujoco.MjSpec) -> None:
     spec.modelname = "go1"
     spec.option.timestep = 0.004  # 5 physics steps per 50 Hz control step
     _floor_light_camera(spec, "trunk", 0.45)
     _feet_only(spec)
     _locomotion_sensors(spec, "imu", GO1_FEET)
+    _stiffness(spec, GO1_KP)
     _offset_controls(spec)
 
 
