@@ -26,8 +26,19 @@ def _returns(r: dict) -> str:
             f"length {r['mean_length']:.1f}")  # fmt: skip
 
 
+PPO_ONLY = ("latency", "push_interval")
+"""``train`` options of the project's PPO only: rsl_rl and Brax train the task nominal."""
+
+
+def _other_trainer(name: str) -> Any:
+    """The module of trainer ``name`` (not ``"ppo"``), which imports its package."""
+    import importlib
+
+    return importlib.import_module(f"mjxrunner.tools.train.{name}_trainer")
+
+
 def _train(args: argparse.Namespace) -> int:
-    from mjxrunner.tools.train import ppo, run_dir, trainer
+    from mjxrunner.tools.train import TRAINERS, ppo, run_dir, trainer
 
     quiet = {"tensorboard": not args.no_tensorboard, "progress": not args.no_progress}
     if args.resume is not None:
@@ -36,9 +47,16 @@ def _train(args: argparse.Namespace) -> int:
             given.append("--out")
         if given:
             raise ValueError(f"--resume continues the run with its own settings; drop {given}")
-        if args.task is not None:
-            run_dir.load_record(args.resume, task=args.task)
-        record = trainer.resume(args.resume, stop_after=args.stop_after, **quiet)
+        found = run_dir.load_record(args.resume, task=args.task).get("trainer")
+        if args.trainer is not None and args.trainer != found:
+            raise run_dir.RunError(
+                f"the run in {str(args.resume)!r} was trained by {found!r}, not {args.trainer!r}"
+            )
+        if found != "ppo" and found in TRAINERS:
+            module = _other_trainer(found)
+            record = module.resume(args.resume, stop_after=args.stop_after, **quiet)
+        else:  # the project's PPO, which refuses a trainer it does not know
+            record = trainer.resume(args.resume, stop_after=args.stop_after, **quiet)
         folder = args.resume
     else:
         if args.task is None or args.out is None:
@@ -46,31 +64,46 @@ def _train(args: argparse.Namespace) -> int:
         from mjxrunner import tasks
 
         tasks.get(args.task)
-        pushes = None
-        if args.push_interval is not None:
-            pushes = (*args.push_interval, args.push_speed)
+        name = args.trainer or "ppo"
+        impl = args.impl or args.default_impl()
+        impl = "c" if impl == "cpp" else impl
+        if args.num_threads is not None and impl != "c":
+            raise ValueError(f"--num-threads is for impl 'c' (its threads); impl is {impl!r}")
         options = {
             k: getattr(args, k)
             for k in ("num_envs", "rollout_steps", "learning_rate", "entropy_coef", "hidden")
             if getattr(args, k) is not None
         }
-        impl = args.impl or args.default_impl()
-        impl = "c" if impl == "cpp" else impl
-        if args.num_threads is not None and impl != "c":
-            raise ValueError(f"--num-threads is for impl 'c' (its threads); impl is {impl!r}")
-        config = ppo.PPOConfig(
-            task=args.task,
-            normalize_obs=bool(args.normalize_obs),
-            latency=None if args.latency is None else tuple(args.latency),
-            pushes=pushes,
-            impl=impl,
-            num_threads=args.num_threads,
-            **options,
-        )
-        config, chunk = trainer.plan(config, args.steps or 1_000_000, args.save_every)
         seed = 0 if args.seed is None else args.seed
-        record = trainer.train(config, args.out, seed=seed, chunk=chunk,
-                               stop_after=args.stop_after, **quiet)  # fmt: skip
+        if name == "ppo":
+            pushes = None
+            if args.push_interval is not None:
+                pushes = (*args.push_interval, args.push_speed)
+            config = ppo.PPOConfig(
+                task=args.task,
+                normalize_obs=bool(args.normalize_obs),
+                latency=None if args.latency is None else tuple(args.latency),
+                pushes=pushes,
+                impl=impl,
+                num_threads=args.num_threads,
+                **options,
+            )
+            config, chunk = trainer.plan(config, args.steps or 1_000_000, args.save_every)
+            record = trainer.train(config, args.out, seed=seed, chunk=chunk,
+                                   stop_after=args.stop_after, **quiet)  # fmt: skip
+        else:
+            given = [f"--{k.replace('_', '-')}" for k in PPO_ONLY if getattr(args, k) is not None]
+            if given:
+                raise ValueError(f"{given} are options of --trainer ppo; {name} trains the task "
+                                 "nominal")  # fmt: skip
+            module = _other_trainer(name)
+            # The trainer's own observation normalizer is on by default: --normalize-obs
+            # asks for what it does anyway.
+            config = module.Config(task=args.task, impl=impl, num_threads=args.num_threads,
+                                   **options)  # fmt: skip
+            config, chunk = trainer.plan(config, args.steps or 1_000_000, args.save_every)
+            record = module.train(config, args.out, seed=seed, chunk=chunk,
+                                  stop_after=args.stop_after, **quiet)  # fmt: skip
         folder = args.out
     done, total = record["updates_done"], record["config"]["num_updates"]
     _print(record, args.json, [
@@ -131,15 +164,18 @@ def add(sub: Any, positive: Any, impls: tuple[str, ...], impl_help: str, default
 
     t = sub.add_parser(
         "train",
-        help="train a policy on a task (the project's PPO), with logs and checkpoints",
+        help="train a policy on a task (the project's PPO, rsl_rl or Brax), with logs and "
+        "checkpoints",
         description="Trains TASK into --out FOLDER: metrics.jsonl, TensorBoard logs in tb/ "
         "(with tensorboardX), and a checkpoint after every --save-every updates of "
-        "everything needed to continue (--resume FOLDER, bit for bit) or to play.",
+        "everything needed to continue (--resume FOLDER, bit for bit) or to play. "
+        "--trainer rsl_rl and brax train with those packages' own PPO through their doors "
+        "and write their own checkpoints; rsl_rl resumes (not bit for bit), Brax cannot.",
     )
     t.add_argument("task", nargs="?", help="a registered task (see mjxrunner.tasks.list())")
     t.add_argument("--out", metavar="FOLDER", help="the new run's folder")
     t.add_argument("--resume", metavar="FOLDER", help="continue the run in FOLDER")
-    t.add_argument("--trainer", choices=TRAINERS, default="ppo")
+    t.add_argument("--trainer", choices=TRAINERS, help="default: ppo (with --resume: the run's)")
     t.add_argument("--steps", type=positive, help="env steps in all (default: 1000000)")
     t.add_argument("--num-envs", type=positive)
     t.add_argument("--rollout-steps", type=positive)

@@ -22,6 +22,11 @@ task, observation layout and size, action bounds, control period and ``substeps`
 the default joint positions (the task's keyframe), the observer's inputs, the run's
 record and the return ``play`` measured, if it was run. Everything is checked
 before anything is written.
+
+A run of another trainer (rsl_rl, Brax) gives its policy graph through its module
+(:func:`.play.trainer_module`'s ``policy_graph``: the same input, output and
+clipping, that trainer's normalizer inside); the observer and the metadata are the
+task's, written here as for any run.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import numpy as np
 from mjxrunner.kit import normalize, observations
 from mjxrunner.rl import env as E
 from mjxrunner.rl import restart
-from mjxrunner.tools.train import deploy, onnx_graph, play, ppo
+from mjxrunner.tools.train import deploy, onnx_graph, play, ppo, run_dir
 
 
 def _terms(layout: list[dict], flat: jax.Array, spec: Any) -> Any:
@@ -213,9 +218,16 @@ def export(folder: str | os.PathLike, path: str | os.PathLike) -> dict:
     path = Path(path)
     if path.suffix != ".onnx":
         raise ValueError(f"the ONNX file's name must end in .onnx, got {str(path)!r}")
-    record, config, params, obs_norm = play.load_policy(folder)
-    env = play.nominal_env(config, 1)
-    policy = policy_graph(env, record, params, obs_norm)
+    record = run_dir.load_record(folder)
+    normalizer_inside = None  # the env's (the project's PPO) unless the trainer has its own
+    if record.get("trainer") == "ppo":
+        record, config, params, obs_norm = play.load_policy(folder)
+        env = play.nominal_env(config, 1)
+        policy = policy_graph(env, record, params, obs_norm)
+    else:
+        module = play.trainer_module(record, folder)
+        env = play.record_env(record, 1)
+        policy, normalizer_inside = module.policy_graph(folder, record, env)
     beside = deploy.observer_path(path)
     try:
         observer, described = observer_graph(env)
@@ -223,6 +235,8 @@ def export(folder: str | os.PathLike, path: str | os.PathLike) -> dict:
     except ValueError as e:
         observer, described = None, {"missing": str(e)}
     meta = metadata(env, record, Path(folder), described)
+    if normalizer_inside is not None:
+        meta["normalizer_inside"] = normalizer_inside
     onnx_graph.helper.set_model_props(policy, {deploy.METADATA_KEY: json.dumps(meta)})
     path.parent.mkdir(parents=True, exist_ok=True)
     if observer is not None:

@@ -9,14 +9,20 @@ ended (terminated or truncated at ``max_episode_steps``); ``play.json`` in the r
 folder keeps them, and :mod:`.export` copies them into the ONNX file's metadata.
 With ``video``, chosen worlds are drawn by MuJoCo's renderer every few steps
 (about 30 frames per second of simulated time) and written as MP4 or GIF.
+
+A run of another trainer (rsl_rl, Brax) is played the same way with that trainer's
+deterministic policy (:func:`trainer_module`'s ``play_policy``: observations to
+controls, its own normalizer inside), which the loop calls between jitted env steps.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import jax
@@ -26,7 +32,7 @@ import numpy as np
 from mjxrunner import tasks
 from mjxrunner.kit import observations
 from mjxrunner.rl import env as E
-from mjxrunner.tools.train import ppo, run_dir, trainer
+from mjxrunner.tools.train import TRAINERS, ppo, run_dir, trainer
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
 FPS = 30
@@ -36,11 +42,44 @@ def load_policy(folder: str | os.PathLike) -> tuple[dict, ppo.PPOConfig, dict, A
     """``(record, config, params, obs_norm)`` of the run in ``folder``; ``obs_norm``
     is None without observation normalization."""
     record = run_dir.load_record(folder)
+    if record.get("trainer") != "ppo":
+        raise run_dir.RunError(
+            f"{str(folder)!r} was trained by {record.get('trainer')!r}, not the project's PPO"
+        )
     config = trainer.config_of(record)
     _, start, _ = ppo.make_parts(config)
     template = jax.eval_shape(start, jax.random.key(record["seed"]))
     params, _, state, _ = run_dir.load_carry(folder, template, record)
     return record, config, params, state.obs_norm
+
+
+def trainer_module(record: dict, folder: str | os.PathLike) -> ModuleType:
+    """The module of the run's trainer other than the project's PPO (``rsl_rl`` ->
+    :mod:`.rsl_rl_trainer`), imported here: it imports that trainer's package.
+
+    Raises:
+      RunError: a trainer this mjxrunner does not know, or the project's PPO (whose
+        runs :func:`load_policy` reads).
+    """
+    name = record.get("trainer")
+    if name not in TRAINERS:
+        raise run_dir.RunError(
+            f"the run in {str(folder)!r} was trained by {name!r}; this mjxrunner reads runs "
+            f"of {list(TRAINERS)}"
+        )
+    if name == "ppo":
+        raise run_dir.RunError(
+            f"the run in {str(folder)!r} was trained by the project's PPO: read it with "
+            "play.load_policy"
+        )
+    return importlib.import_module(f"mjxrunner.tools.train.{name}_trainer")
+
+
+def record_env(record: dict, num_envs: int, impl: str | None = None) -> E.Env:
+    """The task of a run of another trainer, nominal (:func:`nominal_env_of`) on the
+    run's impl unless ``impl`` is given; its normalizer is the trainer's, in its policy."""
+    config = record["config"]
+    return nominal_env_of(record["task"], num_envs, impl or config["impl"], config["num_threads"])
 
 
 def nominal_env_of(task: Any, num_envs: int, impl: str, num_threads: int | None = None) -> E.Env:
@@ -97,11 +136,19 @@ def play(
     bad = [w for w in video_worlds if not 0 <= w < episodes]
     if bad:
         raise ValueError(f"video worlds must be in [0, {episodes}), got {bad}")
-    record, config, params, obs_norm = load_policy(folder)
-    env = nominal_env(config, episodes, impl)
-    frozen = None if obs_norm is None else obs_norm.freeze()  # the run's statistics, kept
-    state = E.reset(env, jax.random.key(seed), obs_norm=frozen)
-    step = jax.jit(lambda s: env.step(s, ppo.act(params, s.obs, env.low, env.high)))
+    record = run_dir.load_record(folder)
+    if record.get("trainer") == "ppo":
+        record, config, params, obs_norm = load_policy(folder)
+        env = nominal_env(config, episodes, impl)
+        frozen = None if obs_norm is None else obs_norm.freeze()  # the run's statistics, kept
+        state = E.reset(env, jax.random.key(seed), obs_norm=frozen)
+        step = jax.jit(lambda s: env.step(s, ppo.act(params, s.obs, env.low, env.high)))
+    else:
+        act = trainer_module(record, folder).play_policy(folder, record)
+        env = record_env(record, episodes, impl)
+        state = E.reset(env, jax.random.key(seed))
+        env_step = jax.jit(env.step)
+        step = lambda s: env_step(s, act(s.obs))  # noqa: E731 - the policy may run on the host
 
     dt = record["control_dt"]
     every = max(1, round(1.0 / (dt * FPS)))
@@ -120,7 +167,7 @@ def play(
         alive &= ~done
         if not alive.any():
             break
-    result = {"task": config.task, "impl": env.impl, "seed": seed, **summary(returns, lengths)}
+    result = {"task": record["task"], "impl": env.impl, "seed": seed, **summary(returns, lengths)}
     if video is not None:
         frames.append(draw(state))
         _write_video(video, frames, fps=1.0 / (dt * every))

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from mjxrunner import tasks
-from mjxrunner.tools.train import TRAINERS, ppo, run_dir
+from mjxrunner.tools.train import ppo, run_dir
 
 
 def versions() -> dict[str, str]:
@@ -153,8 +153,10 @@ def resume(
 ) -> dict:
     """Continues the run in ``folder`` from its last checkpoint to its planned updates."""
     record = run_dir.load_record(folder)
-    if record.get("trainer") not in TRAINERS:
-        raise run_dir.RunError(f"{str(folder)!r} was trained by {record.get('trainer')!r}")
+    if record.get("trainer") != "ppo":
+        raise run_dir.RunError(
+            f"{str(folder)!r} was trained by {record.get('trainer')!r}, not the project's PPO"
+        )
     config = config_of(record)
     parts = ppo.make_parts(config)
     template = jax.eval_shape(parts[1], jax.random.key(record["seed"]))
