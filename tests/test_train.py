@@ -299,3 +299,14 @@ def test_observed_state_that_follows_the_physics_is_not_exported(run):
     env = E.make(task, 1, impl="c", num_threads=1)
     with pytest.raises(ValueError, match=r"observes info\['seen'\], which update_info changes"):
         export.observer_graph(env)
+
+
+def test_the_initial_action_noise_is_an_option_of_the_own_ppo(tmp_path, capsys):
+    folder = tmp_path / "quiet"
+    code, _ = main("train", TASK, "--out", folder, "--init-log-std", "-2", "--steps", "1024",
+                   "--save-every", "1", "--stop-after", "1", *TRAIN, capsys=capsys)  # fmt: skip
+    assert code == 0
+    assert run_dir.load_record(folder)["config"]["init_log_std"] == -2.0
+    code, out = main("train", TASK, "--out", tmp_path / "r", "--trainer", "rsl_rl",
+                     "--init-log-std", "-2", capsys=capsys)  # fmt: skip
+    assert code == 2 and "--init-log-std" in out and not (tmp_path / "r").exists()

@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 TUNABLE = ("num_envs", "rollout_steps", "learning_rate", "entropy_coef", "hidden",
-           "normalize_obs", "latency", "push_interval", "impl", "num_threads", "steps",
-           "seed")  # fmt: skip
+           "init_log_std", "normalize_obs", "latency", "push_interval", "impl", "num_threads",
+           "steps", "seed")  # fmt: skip
 """``train`` options that set up a new run; ``--resume`` takes the run's own."""
 
 
@@ -26,8 +26,9 @@ def _returns(r: dict) -> str:
             f"length {r['mean_length']:.1f}")  # fmt: skip
 
 
-PPO_ONLY = ("latency", "push_interval")
-"""``train`` options of the project's PPO only: rsl_rl and Brax train the task nominal."""
+PPO_ONLY = ("latency", "push_interval", "init_log_std")
+"""``train`` options of the project's PPO only: rsl_rl and Brax train the task nominal,
+with their own initial action noise."""
 
 
 def _other_trainer(name: str) -> Any:
@@ -87,6 +88,7 @@ def _train(args: argparse.Namespace) -> int:
                 impl=impl,
                 num_threads=args.num_threads,
                 **options,
+                **({} if args.init_log_std is None else {"init_log_std": args.init_log_std}),
             )
             config, chunk = trainer.plan(config, args.steps or 1_000_000, args.save_every)
             record = trainer.train(config, args.out, seed=seed, chunk=chunk,
@@ -181,6 +183,9 @@ def add(sub: Any, positive: Any, impls: tuple[str, ...], impl_help: str, default
     t.add_argument("--rollout-steps", type=positive)
     t.add_argument("--learning-rate", type=float)
     t.add_argument("--entropy-coef", type=float)
+    t.add_argument("--init-log-std", type=float, metavar="L",
+                   help="ppo: the policy's initial log standard deviation (default -0.5); "
+                   "a robot on stiff servos falls under large exploration noise")  # fmt: skip
     t.add_argument("--hidden", type=positive, help="width of the MLPs' two hidden layers")
     t.add_argument("--seed", type=int)
     t.add_argument("--impl", choices=impls, help=impl_help)
