@@ -263,8 +263,8 @@ def go1_export(tmp_path_factory):
     config, chunk = trainer.plan(config, 8, 1)
     trainer.train(config, folder, chunk=chunk, tensorboard=False, progress=False)
     played = play.play(folder, episodes=3)
-    meta = export.export(folder, folder.parent / "go1.onnx")
-    return folder, played, meta
+    assert cli.main(["export", str(folder), "--onnx", str(folder.parent / "go1.onnx")]) == 0
+    return folder, played, deploy.Policy(folder.parent / "go1.onnx").meta
 
 
 def test_the_go1_deploy_loop_keeps_command_last_action_and_history(go1_export):

@@ -137,8 +137,8 @@ def _export(args: argparse.Namespace) -> int:
              f"action {len(meta['action']['low'])}, normalizer inside: "
              f"{meta['normalizer_inside']})"]  # fmt: skip
     if "file" in meta["observer"]:
-        lines.append(f"observer: {deploy.observer_path(args.onnx)} (reads "
-                     f"{', '.join(x['field'] for x in meta['observer']['inputs'])})")  # fmt: skip
+        reads = [x.get("field") or "info" + x["info"] for x in meta["observer"]["inputs"]]
+        lines.append(f"observer: {deploy.observer_path(args.onnx)} (reads {', '.join(reads)})")
     else:
         lines.append(f"no observer: {meta['observer']['missing']}")
     _print(meta, args.json, lines)
