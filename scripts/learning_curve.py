@@ -1,4 +1,5 @@
-"""Draws a PPO learning curve from the JSON summary of ``benchmarks/ppo.py --out``.
+"""Draws a PPO learning curve from the JSON summary of ``benchmarks/ppo.py --out``, or
+from the folder of a ``mjxrunner train`` run (its ``run.json`` and ``metrics.jsonl``).
 
     python scripts/learning_curve.py benchmarks/results/ppo/cpu-ant-velocity.json \\
         docs/images/ant_velocity_learning.png \\
@@ -27,12 +28,31 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 
+def from_run(folder: Path) -> dict:
+    """The summary :func:`draw` reads, from a ``mjxrunner train`` run's folder (its
+    training time includes the first chunk's compile)."""
+    record = json.loads((folder / "run.json").read_text())
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    wall = rows[-1]["wall_s"]
+    keys = [k for k in rows[0] if k not in ("update", "wall_s")]
+    return {
+        "config": record["config"],
+        "seed": record["seed"],
+        "backend": record["backend"],
+        "env_steps": record["env_steps_done"],
+        "train_s": wall,
+        "env_steps_per_s": round(record["env_steps_done"] / wall),
+        **{k: [r[k] for r in rows] for k in keys},
+    }
+
+
 def draw(summary: dict, out: Path, references: dict[str, float] | None = None) -> None:
     config = summary["config"]
     per_update = config["num_envs"] * config["rollout_steps"]
     returns = np.asarray(summary["mean_return"], float)
     steps = (np.arange(len(returns)) + 1) * per_update / 1e6
-    logged = sorted(k for k in summary if k.startswith("info/"))
+    # the tracking errors; a task's reward terms (info/reward/...) are left to the logs
+    logged = sorted(k for k in summary if k.startswith("info/") and "/reward/" not in k)
     fig, axes = plt.subplots(1, 2 if logged else 1, figsize=(11 if logged else 6, 3.8))
     axes = np.atleast_1d(axes)
     axes[0].plot(steps, returns, "o", ms=3, color="C0")
@@ -56,7 +76,8 @@ def draw(summary: dict, out: Path, references: dict[str, float] | None = None) -
     fig.suptitle(
         f"PPO on {config['task']}: {config['num_envs']} worlds, "
         f"{summary['env_steps'] / 1e6:.2f} M env steps in {summary['train_s'] / 60:.1f} min "
-        f"({summary['env_steps_per_s']} env steps/s, compile {summary['compile_s']:.0f} s)",
+        f"({summary['env_steps_per_s']} env steps/s, "
+        + (f"compile {summary['compile_s']:.0f} s)" if "compile_s" in summary else "compile in)"),
         fontsize=10,
     )
     fig.tight_layout()
@@ -65,7 +86,9 @@ def draw(summary: dict, out: Path, references: dict[str, float] | None = None) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("summary", type=Path, help="JSON written by benchmarks/ppo.py --out")
+    parser.add_argument(
+        "summary", type=Path, help="JSON written by benchmarks/ppo.py --out, or a run folder"
+    )
     parser.add_argument("out", type=Path, help="the PNG to write")
     parser.add_argument(
         "--reference",
@@ -79,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.reference:
         name, _, value = item.partition("=")
         references[name] = float(value)
-    draw(json.loads(args.summary.read_text()), args.out, references)
+    summary = (
+        from_run(args.summary) if args.summary.is_dir() else json.loads(args.summary.read_text())
+    )
+    draw(summary, args.out, references)
     print(f"wrote {args.out}")
     return 0
 
