@@ -310,3 +310,16 @@ def test_the_initial_action_noise_is_an_option_of_the_own_ppo(tmp_path, capsys):
     code, out = main("train", TASK, "--out", tmp_path / "r", "--trainer", "rsl_rl",
                      "--init-log-std", "-2", capsys=capsys)  # fmt: skip
     assert code == 2 and "--init-log-std" in out and not (tmp_path / "r").exists()
+
+
+def test_weights_and_biases_logs_the_same_metrics_offline(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    folder = tmp_path / "wb"
+    code, _ = main("train", TASK, "--out", folder, "--wandb", "mjxrunner-test", "--steps",
+                   "2048", "--save-every", "1", *TRAIN, capsys=capsys)  # fmt: skip
+    assert code == 0
+    runs = list((folder / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and runs[0].name.endswith((folder / "wandb_id").read_text())
+    history = [p for p in runs[0].rglob("*.wandb")]
+    assert history and history[0].stat().st_size > 0  # the logged rows

@@ -178,6 +178,7 @@ def train(
     chunk: int = 10,
     stop_after: int | None = None,
     tensorboard: bool = True,
+    wandb: str | None = None,
     progress: bool = True,
 ) -> dict:
     """Trains a new run into ``out`` (which must not hold one); returns its record.
@@ -210,14 +211,14 @@ def train(
             f"terms {sorted(one.observation_spec)} (train it with --trainer ppo or rsl_rl)"
         )
     return _run(config, out, env, one, task.max_episode_steps, seed=seed, chunk=chunk,
-                tensorboard=tensorboard, progress=progress)  # fmt: skip
+                tensorboard=tensorboard, wandb=wandb, progress=progress)  # fmt: skip
 
 
-def _run(config, out, env, one, episode_length, *, seed, chunk, tensorboard, progress):
+def _run(config, out, env, one, episode_length, *, seed, chunk, tensorboard, progress, wandb=None):
     from tqdm import tqdm
 
     out.mkdir(parents=True, exist_ok=True)
-    log = trainer._Log(out, 0, tensorboard)
+    log = trainer._Log(out, 0, tensorboard, wandb)
     bar = tqdm(total=config.num_updates, unit="update", disable=not progress,
                desc=f"{config.task} (brax)", file=sys.stderr)  # fmt: skip
     t0 = time.perf_counter()

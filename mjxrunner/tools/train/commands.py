@@ -7,6 +7,7 @@ commands need none of the ``train`` extra (optax, tensorboardX, onnx, onnxruntim
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 from typing import Any
 
@@ -41,7 +42,10 @@ def _other_trainer(name: str) -> Any:
 def _train(args: argparse.Namespace) -> int:
     from mjxrunner.tools.train import TRAINERS, ppo, run_dir, trainer
 
-    quiet = {"tensorboard": not args.no_tensorboard, "progress": not args.no_progress}
+    quiet = {"tensorboard": not args.no_tensorboard, "progress": not args.no_progress,
+             "wandb": args.wandb}  # fmt: skip
+    if args.wandb is not None and importlib.util.find_spec("wandb") is None:
+        raise ValueError("--wandb needs the wandb package (pip install wandb)")  # before any write
     if args.resume is not None:
         given = [f"--{k.replace('_', '-')}" for k in TUNABLE if getattr(args, k) is not None]
         if args.out is not None:
@@ -198,6 +202,9 @@ def add(sub: Any, positive: Any, impls: tuple[str, ...], impl_help: str, default
     t.add_argument("--stop-after", type=positive, metavar="UPDATES",
                    help="stop after this many updates (continue later with --resume)")  # fmt: skip
     t.add_argument("--no-tensorboard", action="store_true")
+    t.add_argument("--wandb", metavar="PROJECT",
+                   help="also log to Weights & Biases (needs wandb; WANDB_MODE=offline "
+                   "keeps it local)")  # fmt: skip
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("--json", action="store_true", help="print the run's record as JSON")
     t.set_defaults(func=_train, default_impl=default_impl)

@@ -204,6 +204,7 @@ def train(
     chunk: int = 10,
     stop_after: int | None = None,
     tensorboard: bool = True,
+    wandb: str | None = None,
     progress: bool = True,
 ) -> dict:
     """Trains a new run into ``out`` (which must not hold one); returns its record.
@@ -219,7 +220,7 @@ def train(
     tasks.get(config.task)  # an unknown task is refused before anything is written
     runner = _runner(config, seed)
     return _loop(config, out, runner, seed=seed, chunk=chunk, done=0, stop_after=stop_after,
-                 tensorboard=tensorboard, progress=progress)  # fmt: skip
+                 tensorboard=tensorboard, wandb=wandb, progress=progress)  # fmt: skip
 
 
 def resume(
@@ -227,6 +228,7 @@ def resume(
     *,
     stop_after: int | None = None,
     tensorboard: bool = True,
+    wandb: str | None = None,
     progress: bool = True,
 ) -> dict:
     """Continues the run in ``folder`` from its last checkpoint to its planned
@@ -239,7 +241,8 @@ def resume(
     runner = _runner(config, record["seed"] + done)
     _load_into(runner, folder, record)
     return _loop(config, folder, runner, seed=record["seed"], chunk=record["chunk"], done=done,
-                 stop_after=stop_after, tensorboard=tensorboard, progress=progress)  # fmt: skip
+                 stop_after=stop_after, tensorboard=tensorboard, wandb=wandb,
+                 progress=progress)  # fmt: skip
 
 
 # What torch.load and load_state_dict raise for a damaged or mismatched checkpoint.
@@ -285,13 +288,13 @@ def _one_torch_thread(device: str):
         torch.set_num_threads(before)
 
 
-def _loop(config, out, runner, *, seed, chunk, done, stop_after, tensorboard, progress):
+def _loop(config, out, runner, *, seed, chunk, done, stop_after, tensorboard, progress, wandb=None):
     from tqdm import tqdm
 
     vec = runner.env.env  # the TorchVecEnv under rsl_rl's VecEnv
     env = vec.env
     last = config.num_updates if stop_after is None else min(config.num_updates, done + stop_after)
-    log = trainer._Log(out, done, tensorboard) if done < last else None
+    log = trainer._Log(out, done, tensorboard, wandb) if done < last else None
     bar = tqdm(total=config.num_updates, initial=done, unit="update", disable=not progress,
                desc=f"{config.task} (rsl_rl)", file=sys.stderr)  # fmt: skip
     t0 = time.perf_counter()

@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +83,10 @@ def config_of(record: dict) -> ppo.PPOConfig:
 
 
 class _Log:
-    """``metrics.jsonl`` always; TensorBoard scalars when tensorboardX is installed."""
+    """``metrics.jsonl`` always; TensorBoard scalars when tensorboardX is installed;
+    Weights & Biases when asked (``wandb``: its project), in its folder ``wandb/``."""
 
-    def __init__(self, folder: Path, done: int, tensorboard: bool):
+    def __init__(self, folder: Path, done: int, tensorboard: bool, wandb: str | None = None):
         folder.mkdir(parents=True, exist_ok=True)
         self.lines = folder / "metrics.jsonl"
         if self.lines.exists():  # lines past the checkpoint, from a run stopped mid-save
@@ -100,6 +102,9 @@ class _Log:
                       "logging to metrics.jsonl only", file=sys.stderr)  # fmt: skip
             else:
                 self.writer = SummaryWriter(str(folder / "tb"))
+        self.wandb = None
+        if wandb is not None:
+            self.wandb = start_wandb(wandb, folder)
 
     def write(self, first: int, metrics: dict, steps_per_update: int, wall_s: float) -> None:
         n = len(next(iter(metrics.values())))
@@ -108,16 +113,38 @@ class _Log:
                 update = first + i + 1
                 row = {k: float(v[i]) for k, v in metrics.items()}
                 f.write(json.dumps({"update": update, "wall_s": round(wall_s, 3), **row}) + "\n")
+                finite = {f"train/{k}": v for k, v in row.items() if math.isfinite(v)}
                 if self.writer is not None:
-                    for k, v in row.items():
-                        if math.isfinite(v):
-                            self.writer.add_scalar(f"train/{k}", v, update * steps_per_update)
+                    for k, v in finite.items():
+                        self.writer.add_scalar(k, v, update * steps_per_update)
+                if self.wandb is not None:
+                    self.wandb.log({**finite, "env_steps": update * steps_per_update}, step=update)
         if self.writer is not None:
             self.writer.flush()
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def start_wandb(project: str, folder: Path) -> Any:
+    """A Weights & Biases run of ``project`` logging into ``folder``, resumed under the
+    same id when the folder already has one (``WANDB_MODE=offline`` keeps it local).
+
+    Raises:
+      ValueError: wandb is not installed.
+    """
+    try:
+        import wandb
+    except ImportError:
+        raise ValueError("--wandb needs the wandb package: pip install wandb") from None
+    id_file = folder / "wandb_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
+    id_file.write_text(run_id)
+    return wandb.init(project=project, dir=str(folder), id=run_id, resume="allow",
+                      name=folder.name)  # fmt: skip
 
 
 def train(
@@ -128,6 +155,7 @@ def train(
     chunk: int = 10,
     stop_after: int | None = None,
     tensorboard: bool = True,
+    wandb: str | None = None,
     progress: bool = True,
 ) -> dict:
     """Trains a new run into ``out`` (which must not hold one); returns its record."""
@@ -141,7 +169,8 @@ def train(
     parts = ppo.make_parts(config)
     carry = jax.jit(parts[1])(jax.random.key(seed))
     return _loop(config, out, parts, carry, seed=seed, chunk=chunk, done=0,
-                 stop_after=stop_after, tensorboard=tensorboard, progress=progress)  # fmt: skip
+                 stop_after=stop_after, tensorboard=tensorboard, wandb=wandb,
+                 progress=progress)  # fmt: skip
 
 
 def resume(
@@ -149,6 +178,7 @@ def resume(
     *,
     stop_after: int | None = None,
     tensorboard: bool = True,
+    wandb: str | None = None,
     progress: bool = True,
 ) -> dict:
     """Continues the run in ``folder`` from its last checkpoint to its planned updates."""
@@ -163,16 +193,18 @@ def resume(
     carry = run_dir.load_carry(folder, template, record)
     return _loop(config, Path(folder), parts, carry, seed=record["seed"], chunk=record["chunk"],
                  done=record["updates_done"], stop_after=stop_after, tensorboard=tensorboard,
-                 progress=progress)  # fmt: skip
+                 wandb=wandb, progress=progress)  # fmt: skip
 
 
-def _loop(config, out, parts, carry, *, seed, chunk, done, stop_after, tensorboard, progress):
+def _loop(
+    config, out, parts, carry, *, seed, chunk, done, stop_after, tensorboard, progress, wandb=None
+):
     from tqdm import tqdm
 
     env, _, one_update = parts
     segment = jax.jit(lambda c: jax.lax.scan(one_update, c, None, length=chunk), donate_argnums=0)
     last = config.num_updates if stop_after is None else min(config.num_updates, done + stop_after)
-    log = _Log(out, done, tensorboard) if done < last else None
+    log = _Log(out, done, tensorboard, wandb) if done < last else None
     bar = tqdm(total=config.num_updates, initial=done, unit="update", disable=not progress,
                desc=config.task, file=sys.stderr)  # fmt: skip
     t0 = time.perf_counter()
