@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
 import sys
@@ -150,24 +149,9 @@ def _record(config: Config, env: Any, seed: int, chunk: int, done: int) -> dict:
             "versions": _versions()}  # fmt: skip
 
 
-def _write_record(folder: Path, record: dict) -> None:
-    text = json.dumps({"format": run_dir.FORMAT, **record}, indent=1).encode()
-    run_dir._write_atomic(folder / run_dir.RECORD, lambda f: f.write(text))
-
-
 def load_record(folder: str | os.PathLike) -> dict:
-    """The record of the Brax run in ``folder``.
-
-    Raises:
-      RunError: no run there (see :func:`.run_dir.load_record`), or a run of
-        another trainer.
-    """
-    record = run_dir.load_record(folder)
-    if record.get("trainer") != NAME:
-        raise run_dir.RunError(
-            f"the run in {str(folder)!r} was trained by {record.get('trainer')!r}, not {NAME!r}"
-        )
-    return record
+    """The record of the brax run in ``folder`` (:func:`.run_dir.load_record`)."""
+    return run_dir.load_record(folder, trainer=NAME)
 
 
 def train(
@@ -198,9 +182,7 @@ def train(
         raise ValueError(
             f"num_updates ({config.num_updates}) must be a whole number of chunks of {chunk}"
         )
-    out = Path(out)
-    if run_dir.exists(out):
-        raise run_dir.RunError(f"{str(out)!r} already holds a run; choose another --out")
+    out = run_dir.refuse_existing(out, resumable=False)
     task = tasks.get(config.task)  # an unknown task is refused before anything is written
     threads = {"num_threads": config.num_threads} if config.num_threads else {}
     env = BraxEnv(task, impl=config.impl, **threads)
@@ -230,7 +212,7 @@ def _run(config, out, env, one, episode_length, *, seed, chunk, tensorboard, pro
         if "training/sps" in metrics:
             # After each chunk, once Brax has written its checkpoint: the record last.
             record = _record(config, one, seed, chunk, done)
-            _write_record(out, record)
+            run_dir.write_record(out, record)
             return
         # Every update: Brax's training metrics (episode ones once any has ended).
         row = {

@@ -41,11 +41,7 @@ FPS = 30
 def load_policy(folder: str | os.PathLike) -> tuple[dict, ppo.PPOConfig, dict, Any]:
     """``(record, config, params, obs_norm)`` of the run in ``folder``; ``obs_norm``
     is None without observation normalization."""
-    record = run_dir.load_record(folder)
-    if record.get("trainer") != "ppo":
-        raise run_dir.RunError(
-            f"{str(folder)!r} was trained by {record.get('trainer')!r}, not the project's PPO"
-        )
+    record = run_dir.load_record(folder, trainer="ppo")
     config = trainer.config_of(record)
     _, start, _ = ppo.make_parts(config)
     template = jax.eval_shape(start, jax.random.key(record["seed"]))

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import pickle
@@ -172,18 +171,8 @@ def _record(config: Config, env: Any, seed: int, chunk: int, done: int) -> dict:
 
 
 def load_record(folder: str | os.PathLike) -> dict:
-    """The record of the rsl_rl run in ``folder``.
-
-    Raises:
-      RunError: no run there (see :func:`.run_dir.load_record`), or a run of
-        another trainer.
-    """
-    record = run_dir.load_record(folder)
-    if record.get("trainer") != NAME:
-        raise run_dir.RunError(
-            f"the run in {str(folder)!r} was trained by {record.get('trainer')!r}, not {NAME!r}"
-        )
-    return record
+    """The record of the rsl_rl run in ``folder`` (:func:`.run_dir.load_record`)."""
+    return run_dir.load_record(folder, trainer=NAME)
 
 
 def _runner(config: Config, seed: int) -> Any:
@@ -211,12 +200,7 @@ def train(
     A checkpoint is written after every ``chunk`` updates."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a rsl_rl_trainer.Config, got {type(config).__name__}")
-    out = Path(out)
-    if run_dir.exists(out):
-        raise run_dir.RunError(
-            f"{str(out)!r} already holds a run; continue it with --resume {out}, or choose "
-            "another --out"
-        )
+    out = run_dir.refuse_existing(out)
     tasks.get(config.task)  # an unknown task is refused before anything is written
     runner = _runner(config, seed)
     return _loop(config, out, runner, seed=seed, chunk=chunk, done=0, stop_after=stop_after,
@@ -352,8 +336,7 @@ def _save(runner: Any, folder: Path, record: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     runner.save(str(tmp), infos={"mjxrunner": {"updates_done": record["updates_done"]}})
     os.replace(tmp, path)
-    text = json.dumps({"format": run_dir.FORMAT, **record}, indent=1).encode()
-    run_dir._write_atomic(folder / run_dir.RECORD, lambda f: f.write(text))
+    run_dir.write_record(folder, record)
 
 
 # --- the deterministic policy: play and export ----------------------------------------

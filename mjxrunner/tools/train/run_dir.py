@@ -33,6 +33,21 @@ def exists(folder: str | os.PathLike) -> bool:
     return (Path(folder) / RECORD).is_file()
 
 
+def refuse_existing(folder: str | os.PathLike, resumable: bool = True) -> Path:
+    """``folder`` as a ``Path``, for a new run: a folder that holds a run is never
+    trained over.
+
+    Raises:
+      RunError: ``folder`` holds a run (the message offers ``--resume`` if the
+        trainer can resume).
+    """
+    folder = Path(folder)
+    if exists(folder):
+        resume = f"continue it with --resume {folder}, or " if resumable else ""
+        raise RunError(f"{str(folder)!r} already holds a run; {resume}choose another --out")
+    return folder
+
+
 def _write_atomic(path: Path, write) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -61,16 +76,24 @@ def save(folder: str | os.PathLike, record: dict, carry: Any) -> None:
         folder / CHECKPOINT,
         lambda f: np.savez(f, **{f"leaf_{i:05d}": x for i, x in enumerate(leaves)}),
     )
-    record = {"format": FORMAT, **record, "leaves": len(leaves)}
-    _write_atomic(folder / RECORD, lambda f: f.write(json.dumps(record, indent=1).encode()))
+    write_record(folder, {**record, "leaves": len(leaves)})
 
 
-def load_record(folder: str | os.PathLike, task: str | None = None) -> dict:
+def write_record(folder: str | os.PathLike, record: dict) -> None:
+    """Writes ``record`` (with the format) as the run's ``run.json``, whole or not at
+    all; a trainer with checkpoints of its own writes it after them."""
+    text = json.dumps({"format": FORMAT, **record}, indent=1).encode()
+    _write_atomic(Path(folder) / RECORD, lambda f: f.write(text))
+
+
+def load_record(
+    folder: str | os.PathLike, task: str | None = None, trainer: str | None = None
+) -> dict:
     """The record of the run in ``folder``, checked.
 
     Raises:
       RunError: no run there, a record that does not parse, another format, or
-        (``task`` given) a run of another task.
+        (``task`` or ``trainer`` given) a run of another task or trainer.
     """
     folder = Path(folder)
     path = folder / RECORD
@@ -91,6 +114,10 @@ def load_record(folder: str | os.PathLike, task: str | None = None) -> dict:
     if task is not None and record.get("task") != task:
         raise RunError(
             f"the run in {str(folder)!r} trained task {record.get('task')!r}, not {task!r}"
+        )
+    if trainer is not None and record.get("trainer") != trainer:
+        raise RunError(
+            f"the run in {str(folder)!r} was trained by {record.get('trainer')!r}, not {trainer!r}"
         )
     return record
 

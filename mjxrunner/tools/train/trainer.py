@@ -159,12 +159,7 @@ def train(
     progress: bool = True,
 ) -> dict:
     """Trains a new run into ``out`` (which must not hold one); returns its record."""
-    out = Path(out)
-    if run_dir.exists(out):
-        raise run_dir.RunError(
-            f"{str(out)!r} already holds a run; continue it with --resume {out}, or choose "
-            "another --out"
-        )
+    out = run_dir.refuse_existing(out)
     tasks.get(config.task)  # an unknown task is refused before anything is written
     parts = ppo.make_parts(config)
     carry = jax.jit(parts[1])(jax.random.key(seed))
@@ -182,11 +177,7 @@ def resume(
     progress: bool = True,
 ) -> dict:
     """Continues the run in ``folder`` from its last checkpoint to its planned updates."""
-    record = run_dir.load_record(folder)
-    if record.get("trainer") != "ppo":
-        raise run_dir.RunError(
-            f"{str(folder)!r} was trained by {record.get('trainer')!r}, not the project's PPO"
-        )
+    record = run_dir.load_record(folder, trainer="ppo")
     config = config_of(record)
     parts = ppo.make_parts(config)
     template = jax.eval_shape(parts[1], jax.random.key(record["seed"]))
