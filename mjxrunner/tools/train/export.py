@@ -69,11 +69,12 @@ def policy_graph(env: E.Env, record: dict, params: dict, obs_norm: Any):
     return onnx_graph.to_onnx(policy, [arg], ["obs"], ["action"], f"{env.task.name}_policy")
 
 
-def _fields(data: Any) -> tuple[list[str], list[Any], Any]:
-    """``(MjData names, leaf specs, treedef)`` of one world's ``mjx.Data``."""
+def data_fields(data: Any) -> tuple[list[str], list[Any], Any]:
+    """``(MjData names, leaves, treedef)`` of one world's ``mjx.Data``: each leaf
+    named as ``MjData`` names it (MJX keeps some under ``_impl``)."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(data)
     names = [jax.tree_util.keystr(p).lstrip(".").removeprefix("_impl.") for p, _ in flat]
-    return names, [jax.ShapeDtypeStruct(x.shape, x.dtype) for _, x in flat], treedef
+    return names, [x for _, x in flat], treedef
 
 
 def info_sources(env: E.Env) -> dict[str, str]:
@@ -85,7 +86,7 @@ def info_sources(env: E.Env) -> dict[str, str]:
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(info)[0]]
     if task.update_info is None:
         return dict.fromkeys(paths, "held")
-    _, data, treedef = _fields(env.start)
+    _, data, treedef = data_fields(env.start)
     action = jax.ShapeDtypeStruct((env.action_size,), jnp.float32)
     info_leaves, info_def = jax.tree.flatten(info)
     n = len(data)
@@ -138,7 +139,7 @@ def observer_graph(env: E.Env) -> tuple[Any, dict]:
         not keep it).
     """
     task = env.task
-    names, data, treedef = _fields(env.start)
+    names, data, treedef = data_fields(env.start)
     has_info = task.has_info
     info = jax.eval_shape(lambda: restart_info(env)) if has_info else None
     info_flat = jax.tree_util.tree_flatten_with_path(info)[0] if has_info else []

@@ -53,9 +53,7 @@ def scorer(env: E.Env):
     the env carries it (the reward and termination of a step see the info it was
     taken under)."""
     task, model = env.task, env.model.tree
-    flat, treedef = jax.tree_util.tree_flatten_with_path(env.start)
-    names = [jax.tree_util.keystr(p).lstrip(".").removeprefix("_impl.") for p, _ in flat]
-    template = [x for _, x in flat]
+    names, template, treedef = export.data_fields(env.start)
     n = len(template)
 
     def one(before, action, after, info, key):
@@ -68,12 +66,11 @@ def scorer(env: E.Env):
             info = task.update_info(model, data, action, nxt, info, key)
         return reward, terminated, info
 
-    leaves = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in template]
     action = jax.ShapeDtypeStruct((env.action_size,), jnp.float32)
     info0 = export.restart_info(env) if task.has_info else None  # for what is read
     reads = onnx_graph.used_inputs(
         lambda *x: one(list(x[:n]), x[n], list(x[n + 1 : 2 * n + 1]), info0, jax.random.key(0)),
-        [*leaves, action, *leaves],
+        [*template, action, *template],
     )
     read = [i for i in range(n) if reads[i] or reads[n + 1 + i]]
     fields = [(names[i], tuple(template[i].shape)) for i in read]
