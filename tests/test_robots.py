@@ -17,12 +17,13 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from mujoco import mjx
 
-from mjxrunner import MultiEnvRunner
+from mjxrunner import MultiEnvRunner, tasks
 from mjxrunner.doors.torch import TorchVecEnv
 from mjxrunner.engine import models, robots
 from mjxrunner.rl import env as E
-from mjxrunner.tasks import joystick
+from mjxrunner.tasks import joystick, locomotion
 
 ROBOTS = {"go1": joystick.GO1, "g1": joystick.G1}
 PARITY_STEPS = 200
@@ -157,3 +158,114 @@ def test_a_joystick_task_through_gymnasium_and_torch():
     obs, reward, terminated, _, _ = door.step(torch.zeros((2, 29)))
     assert set(obs) == set(joystick.TERMS) and reward.shape == (2,) and not terminated.any()
     assert torch.isfinite(reward).all()
+
+
+# --- go1_joystick_rough: the Go1 on the terrain with its curriculum ------------------------
+
+ROUGH = joystick.GO1_JOYSTICK_ROUGH
+
+
+@pytest.fixture(scope="module")
+def rough():
+    """``(env, first state)``: 4 worlds of the rough task, randomized, impl "c"."""
+    scene = ROUGH.load_model()
+    env = E.make(ROUGH, 4, impl="c", num_threads=1, autoreset="disabled")
+    env = env.with_randomization(joystick.randomization(joystick.GO1, scene))
+    return env, E.jit_reset(env, jax.random.key(0))
+
+
+def test_go1_rough_starts_each_world_on_its_tile(rough):
+    env, state = rough
+    t = locomotion.terrain_of(ROUGH)
+    assert t.config == joystick.GO1_TERRAIN
+    c = jax.device_get(state.curriculum)
+    np.testing.assert_array_equal(c.column, np.arange(4) % t.config.columns)
+    assert (c.level <= t.config.max_initial_level).all()
+    tiles = t.origins[c.level, c.column]
+    assert np.abs(c.spawn[:, :2] - tiles[:, :2]).max() <= t.config.spawn_radius + 1e-6
+    np.testing.assert_allclose(c.spawn[:, 2], tiles[:, 2])  # on the tile's platform
+    standing = models.load("go1").key("home").qpos[:3]
+    qpos = np.asarray(state.runner.data.qpos)
+    np.testing.assert_allclose(qpos[:, :3], c.spawn + standing, atol=1e-6)
+    # the friction drawn per world is the terrain's: the scene's only world geom
+    scene = ROUGH.load_model()
+    ground = scene.geom("terrain").id
+    friction = np.asarray(state.model.tree.geom_friction)
+    assert len(set(friction[:, ground, 0].round(6))) == 4
+    others = np.delete(scene.geom_friction, ground, axis=0).astype(friction.dtype)
+    np.testing.assert_array_equal(np.delete(friction, ground, axis=1), np.stack([others] * 4))
+    # a few steps standing: every world keeps its feet on its own ground
+    for _ in range(10):
+        state = E.jit_step(env, state, jnp.zeros((4, env.action_size)))
+    assert not np.asarray(state.terminated).any()
+    assert np.asarray(state.info["contact"]).sum() >= 12
+
+
+def test_go1_rough_measures_heights_from_the_ground_beneath():
+    t = locomotion.terrain_of(ROUGH)
+    # over the hardest "stairs_down" tile, off its platform: the ground is up there
+    column = t.column_types.index("stairs_down")
+    x, y, _ = t.origins[t.config.levels - 1, column] + [1.0, 0.0, 0.0]
+    ground = float(t.surface_height([x, y]))
+    assert ground > 0.2
+    scene = ROUGH.load_model()
+    d = mujoco.MjData(scene)
+    mujoco.mj_resetDataKeyframe(scene, d, scene.key("home").id)
+    d.qpos[:2] = x, y
+    model = mjx.put_model(scene, impl="jax")
+    for base, fallen in ((0.14, True), (0.25, False)):
+        d.qpos[2] = ground + base
+        mujoco.mj_kinematics(scene, d)
+        data = mjx.put_data(scene, d, impl="jax")
+        assert bool(ROUGH.terminated(model, data, None)) is fallen
+        assert bool(joystick.GO1_JOYSTICK.terminated(model, data, None)) is False  # 0.2 m up
+    # feet on the ground beneath them: on the ground, 2 cm over it, 5 cm over it
+    info = ROUGH.initial_info(model, data, jax.random.key(0))
+    zero = jnp.zeros(scene.nu)
+    for lift, touching in ((0.0, True), (0.02, True), (0.05, False)):
+        feet = np.array([d.site_xpos[scene.site(f).id] for f in joystick.GO1.feet])
+        d.qpos[2] += lift - (feet[:, 2] - t.surface_height(feet[:, :2])).min()
+        mujoco.mj_kinematics(scene, d)
+        data = mjx.put_data(scene, d, impl="jax")
+        contact = np.asarray(ROUGH.update_info(model, data, zero, data, info, None)["contact"])
+        assert bool(contact.any()) is touching, lift
+
+
+def test_go1_rough_curriculum_moves_on_restart(rough):
+    env, state = rough
+    t = locomotion.terrain_of(ROUGH)
+    up = t.config.up_fraction * t.config.tile_size
+    column = np.asarray(state.curriculum.column)
+    level = np.array([2, 2, 2, 0])
+    spawn = t.origins[level, column].astype(np.float32)
+    qpos = np.asarray(state.runner.data.qpos).copy()
+    qpos[:, :3] = spawn + np.array([0.0, 0.0, 0.27])
+    qpos[0, 0] += up + 0.3  # walked past half a tile: up
+    runner = state.runner
+    state = state.replace(
+        runner=runner.replace(data=runner.data.replace(qpos=placed(runner.data.qpos, qpos))),
+        curriculum=state.curriculum.replace(
+            level=placed(state.curriculum.level, level),
+            spawn=placed(state.curriculum.spawn, spawn),
+        ),
+        info={**state.info, "command": placed(state.info["command"], np.full((4, 3), 0.5))},
+    )
+    after = E.jit_reset_worlds(env, state, np.array([True, True, False, True]))
+    c = jax.device_get(after.curriculum)
+    np.testing.assert_array_equal(c.level, [3, 1, 2, 0])  # stood still: down, at least 0
+    tiles = t.origins[c.level, c.column]
+    assert np.abs(c.spawn[:, :2] - tiles[:, :2]).max() <= t.config.spawn_radius + 1e-6
+    new = np.asarray(after.runner.data.qpos)
+    np.testing.assert_array_equal(new[2], qpos[2])  # not restarted
+    standing = models.load("go1").key("home").qpos[:3]
+    np.testing.assert_allclose(new[[0, 1, 3], :3], c.spawn[[0, 1, 3]] + standing, atol=1e-6)
+
+
+def test_go1_rough_is_registered_for_gymnasium():
+    assert "go1_joystick_rough" in tasks.list()
+    assert "mjxrunner/Go1JoystickRough-v0" in gymnasium.registry
+
+
+def placed(like, value):
+    """``value`` as an array placed like ``like`` (the env's sharding)."""
+    return jax.device_put(jnp.asarray(value, like.dtype), like.sharding)

@@ -1,7 +1,12 @@
 """Joystick tasks on the real robots: follow a commanded velocity with a gait.
 
 ``go1_joystick`` (Unitree Go1) and ``g1_joystick`` (Unitree G1) on flat ground,
-on the scenes of :mod:`mjxrunner.engine.robots` (the ``robots`` extra). Each
+on the scenes of :mod:`mjxrunner.engine.robots` (the ``robots`` extra), and
+``go1_joystick_rough``: the Go1 on the kit's tiled terrain (:data:`GO1_TERRAIN`)
+with its level curriculum, as :mod:`.locomotion` runs the ant's (each world keeps
+its column and moves up a level when it walked past half a tile, down when it
+walked less than half its commanded distance; episodes start at the world's tile).
+Each
 episode draws a command ``(vx, vy, yaw rate)`` in the robot's frame from
 :class:`Legged.commands`; the action is each joint's target as an offset from the
 standing pose (the scenes' position actuators take it so: a zero action stands).
@@ -27,8 +32,9 @@ standing pose (the scenes' position actuators take it so: a zero action stands).
   ``env.with_randomization``.
 
 Control at 50 Hz (5 physics steps of 4 ms); episodes of 20 s. A foot is on the
-ground when its site is within :attr:`Legged.contact_height` of the floor (flat
-ground: the site's height).
+ground when its site is within :attr:`Legged.contact_height` of the ground beneath
+it; the base's height (its reward term and the fall) is measured the same way. The
+observation is blind (no height scan) on both grounds, so one policy runs on both.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from mujoco import mjx
 
 from mjxrunner.engine import events, models, robots
 from mjxrunner.engine.params import Term
+from mjxrunner.kit import terrain
 from mjxrunner.kit.observations import Noise, ObsConfig
 from mjxrunner.tasks.base import Task
 from mjxrunner.tasks.locomotion import (  # the ant's velocity task: the same terms
@@ -52,6 +59,8 @@ from mjxrunner.tasks.locomotion import (  # the ant's velocity task: the same te
     TRACKING_SIGMA,
     Commands,
     base_velocity,
+    curriculum_hooks,
+    height_above_ground,
     jittered_start,
     observe,
     projected_gravity,
@@ -168,23 +177,47 @@ def _layout(robot: Legged) -> _Layout:
     )
 
 
+@functools.cache
+def _rough_scene(robot: Legged, config: terrain.TerrainConfig) -> tuple[bytes, terrain.Terrain]:
+    """``robot``'s scene with its floor replaced by the terrain of ``config``, as MJB
+    bytes, and the terrain; built once per process. The robot's bodies, joints,
+    sites and sensors keep their ids (only the floor geom is replaced).
+
+    Contact margins are 0 here (Menagerie's Go1 has 1 mm on every geom): MJX's jax
+    impl has no margin for a heightfield against a sphere, and every impl should
+    run the same scene."""
+    m, ground = terrain.scene(config, robot=robot.scene)
+    m.geom_margin[:] = 0.0
+    return models.mjb_bytes(m).tobytes(), ground
+
+
 def joystick_task(
     name: str,
     robot: Legged,
     *,
+    ground: terrain.TerrainConfig | None = None,
     obs_config: ObsConfig | None = OBS_CONFIG,
     max_episode_steps: int = 1000,
     substeps: int = 5,
 ) -> Task:
-    """A joystick task for ``robot`` (see the module notes)."""
+    """A joystick task for ``robot`` (see the module notes): on its scene's flat
+    floor, or on the terrain of ``ground`` with the level curriculum."""
+    if ground is not None and not isinstance(ground, terrain.TerrainConfig):
+        raise TypeError(f"ground must be None or a TerrainConfig, got {type(ground).__name__}")
     c = robot.commands
     low = np.array([c.vx[0], c.vy[0], c.yaw[0]])
     high = np.array([c.vx[1], c.vy[1], c.yaw[1]])
     nfeet = len(robot.feet)
 
+    def ground_now() -> terrain.Terrain | None:
+        return None if ground is None else _rough_scene(robot, ground)[1]
+
     def on_ground(data: mjx.Data) -> jax.Array:
-        heights = data.site_xpos[_layout(robot).foot_sites, 2]
-        return heights < robot.contact_height
+        feet = data.site_xpos[_layout(robot).foot_sites]
+        return height_above_ground(data, feet, ground_now()) < robot.contact_height
+
+    def base_height(data: mjx.Data) -> jax.Array:
+        return height_above_ground(data, data.qpos[:3], ground_now())
 
     def observation(model: mjx.Model, data: mjx.Data, info: dict) -> dict:
         del model
@@ -210,7 +243,7 @@ def joystick_task(
             "lin_vel_z": lin[2] ** 2,
             "ang_vel_xy": jnp.sum(ang[:2] ** 2),
             "orientation": jnp.sum(gravity[:2] ** 2),
-            "base_height": (next_data.qpos[2] - layout.base_height) ** 2,
+            "base_height": (base_height(next_data) - layout.base_height) ** 2,
             "torques": jnp.sum(next_data.actuator_force**2),
             "action_rate": jnp.sum((action - info["last_action"]) ** 2),
             "joint_limits": jnp.sum(beyond),
@@ -232,7 +265,7 @@ def joystick_task(
 
     def terminated(model, data, info) -> jax.Array:
         del model, info
-        return (data.qpos[2] < robot.min_height) | (projected_gravity(data)[2] > 0)
+        return (base_height(data) < robot.min_height) | (projected_gravity(data)[2] > 0)
 
     def initial_info(model, data, key) -> dict:
         dtype = data.qpos.dtype
@@ -272,28 +305,35 @@ def joystick_task(
             },
         }
 
-    def initial_state(model, data, key) -> mjx.Data:
-        """Joints jittered about the standing pose, a random heading, small velocities."""
+    def initial_state(model, data, key, spawn=None) -> mjx.Data:
+        """Joints jittered about the standing pose, a random heading, small
+        velocities; the base moved by ``spawn`` (on a terrain: to the world's tile)."""
         del model
-        return jittered_start(data, key, 0.05, 0.05)
+        return jittered_start(data, key, 0.05, 0.05, spawn)
 
-    return Task(
-        name=name,
-        model=robot.scene,
-        observation=observation,
-        reward=reward,
-        terminated=terminated,
-        initial_state=initial_state,
-        max_episode_steps=max_episode_steps,
-        keyframe=robot.keyframe,
-        substeps=substeps,
-        obs_config=obs_config,
-        initial_info=initial_info,
-        update_info=update_info,
-    )
+    common = {
+        "name": name,
+        "observation": observation,
+        "reward": reward,
+        "terminated": terminated,
+        "max_episode_steps": max_episode_steps,
+        "keyframe": robot.keyframe,
+        "substeps": substeps,
+        "obs_config": obs_config,
+        "initial_info": initial_info,
+        "update_info": update_info,
+    }
+    if ground is None:
+        return Task(model=robot.scene, initial_state=initial_state, **common)
+
+    def build() -> mujoco.MjModel:
+        return models.from_mjb(np.frombuffer(_rough_scene(robot, ground)[0], np.uint8))
+
+    hooks = curriculum_hooks(build, ground_now, max_episode_steps, substeps, initial_state)
+    return Task(**hooks, **common)
 
 
-def randomization(robot: Legged) -> list[Term]:
+def randomization(robot: Legged, model: mujoco.MjModel | None = None) -> list[Term]:
     """The usual domain randomization of a legged robot, for
     ``env.with_randomization``: floor friction 0.4 to 1.0, link masses x0.9 to 1.1,
     the base's centre of mass within 5 cm, joint offsets (``qpos0``) within
@@ -303,12 +343,17 @@ def randomization(robot: Legged) -> list[Term]:
     A position servo's stiffness sits in three fields: its gain ``kp``, the bias
     ``-kp * q`` and the bias ``kp * q0`` that makes a zero action hold the standing
     pose. Three terms linked as ``"kp"`` draw one factor per actuator for all three,
-    so the pose a servo holds stays where it was."""
-    m = models.load(robot.scene)
-    floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+    so the pose a servo holds stays where it was.
+
+    ``model`` is the task's scene (``task.load_model()``), the robot's flat scene if
+    None; its ground is the colliding geom of the world body (floor or terrain)."""
+    m = models.load(robot.scene) if model is None else model
+    ground = np.flatnonzero((m.geom_bodyid == 0) & ((m.geom_contype | m.geom_conaffinity) > 0))
+    if len(ground) != 1:
+        raise ValueError(f"expected one colliding geom of the world body, found {len(ground)}")
     base = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, robot.base)
     return [
-        Term("geom_friction", 0.4, 1.0, operation="set", index=(floor, 0)),
+        Term("geom_friction", 0.4, 1.0, operation="set", index=(int(ground[0]), 0)),
         Term("body_mass", 0.9, 1.1),
         Term("body_ipos", -0.05, 0.05, operation="add", index=base),
         Term("qpos0", -0.05, 0.05, operation="add", index=np.s_[7:]),
@@ -322,7 +367,15 @@ KP_FIELDS = (("actuator_gainprm", 0), ("actuator_biasprm", 0), ("actuator_biaspr
 ``kp * q0`` and ``-kp * q``."""
 
 
+GO1_TERRAIN = terrain.TerrainConfig(border=10.0)
+"""The terrain of ``go1_joystick_rough``: the kit's default tiles (six types, six
+levels of 4 m; stairs up to 14 cm, slopes up to 25 degrees, rough ground up to
+6 cm) with a 10 m flat border, since a command of 1 m/s over a 20 s episode can
+carry the robot that far off its tile. A world that walks off the grid falls and
+its episode ends."""
+
 GO1_JOYSTICK = joystick_task("go1_joystick", GO1)
 G1_JOYSTICK = joystick_task("g1_joystick", G1)
+GO1_JOYSTICK_ROUGH = joystick_task("go1_joystick_rough", GO1, ground=GO1_TERRAIN)
 
-TASKS = (GO1_JOYSTICK, G1_JOYSTICK)
+TASKS = (GO1_JOYSTICK, G1_JOYSTICK, GO1_JOYSTICK_ROUGH)

@@ -231,13 +231,63 @@ def _terrain(config: terrain.TerrainConfig | None) -> tuple[bytes, terrain.Terra
 
 
 def terrain_of(task: Task) -> terrain.Terrain | None:
-    """The terrain a task of :func:`velocity_task` walks on (None: flat ground or
-    another task), known by the task's scene builder."""
-    config = _CONFIGS.get(task.model) if callable(task.model) else None
-    return None if config is None else _terrain(config)[1]
+    """The terrain a task walks on (None: flat ground, or a task not built on a
+    terrain here), known by the task's scene builder."""
+    ground = _TERRAINS.get(task.model) if callable(task.model) else None
+    return None if ground is None else ground()
 
 
-_CONFIGS: dict = {}  # scene builder -> TerrainConfig
+_TERRAINS: dict = {}  # scene builder -> () -> its Terrain
+
+
+def height_above_ground(
+    data: mjx.Data, xyz: jax.Array, ground: terrain.Terrain | None
+) -> jax.Array:
+    """``(...,)`` heights of points ``xyz`` ``(..., 3)`` above the ground beneath
+    them: ``ground``'s surface, or the plane z = 0 if it is None."""
+    if ground is None:
+        return xyz[..., 2]
+    heights = jnp.asarray(ground.heights, data.qpos.dtype)
+    below = terrain.ground_height(heights, ground.corner, ground.config.resolution, xyz[..., :2])
+    return xyz[..., 2] - below
+
+
+def curriculum_hooks(
+    build, ground, max_episode_steps: int, substeps: int, initial_state
+) -> dict[str, object]:
+    """The :class:`Task` fields of a task on a terrain with the level curriculum:
+    ``build`` (its scene builder) registered for :func:`terrain_of`, episodes started
+    by ``initial_state(model, data, key, spawn)`` at the world's spawn point, and the
+    terrain's rule at every restart, the commanded distance being the command's
+    horizontal speed (``info["command"][:2]``) over the episode's full duration.
+
+    Args:
+      build: the task's scene builder (``Task.model``).
+      ground: ``() -> Terrain``, the scene's terrain (built on first use).
+      max_episode_steps, substeps: the task's.
+      initial_state: ``(model, data, key, spawn (3,)) -> data``.
+    """
+    _TERRAINS[build] = ground
+
+    def start_on_tile(model, data, key, state: terrain.Curriculum) -> mjx.Data:
+        return initial_state(model, data, key, state.spawn)
+
+    def initial_curriculum(model, key, world) -> terrain.Curriculum:
+        del model
+        return terrain.start_world(key, world, ground().origins, ground().config)
+
+    def update_curriculum(model, data, info, state, key) -> terrain.Curriculum:
+        seconds = max_episode_steps * substeps * model.opt.timestep
+        commanded = jnp.linalg.norm(info["command"][:2]) * seconds
+        t = ground()
+        return terrain.end_episode(state, key, data.qpos[:3], commanded, t.origins, t.config)
+
+    return {
+        "model": build,
+        "initial_state": start_on_tile,
+        "initial_curriculum": initial_curriculum,
+        "update_curriculum": update_curriculum,
+    }
 
 
 # --- the task -----------------------------------------------------------------------------
@@ -290,13 +340,8 @@ def velocity_task(
     low = np.array([commands.vx[0], commands.vy[0], commands.yaw[0]])
     high = np.array([commands.vx[1], commands.vy[1], commands.yaw[1]])
 
-    def height_above_ground(data: mjx.Data) -> jax.Array:
-        if ground is None:
-            return data.qpos[2]
-        t = _terrain(ground)[1]
-        heights = jnp.asarray(t.heights, data.qpos.dtype)
-        under = terrain.ground_height(heights, t.corner, ground.resolution, data.qpos[:2])
-        return data.qpos[2] - under
+    def ground_now() -> terrain.Terrain | None:
+        return None if ground is None else _terrain(ground)[1]
 
     def draw_command(key: jax.Array, dtype) -> jax.Array:
         return jax.random.uniform(key, (3,), dtype, low.astype(dtype), high.astype(dtype))
@@ -325,7 +370,7 @@ def velocity_task(
     def terminated(model, data, info) -> jax.Array:
         del model, info
         upside_down = projected_gravity(data)[2] > 0
-        return (height_above_ground(data) < MIN_HEIGHT) | upside_down
+        return (height_above_ground(data, data.qpos[:3], ground_now()) < MIN_HEIGHT) | upside_down
 
     def initial_info(model, data, key) -> dict:
         dtype = data.qpos.dtype
@@ -352,23 +397,9 @@ def velocity_task(
             "metrics": {"lin_vel_error": jnp.sqrt(lin_err), "yaw_rate_error": jnp.sqrt(yaw_err)},
         }
 
-    def start_flat(model, data, key) -> mjx.Data:
+    def start(model, data, key, spawn=None) -> mjx.Data:
         del model
-        return jittered_start(data, key, 0.1, 0.1)
-
-    def start_on_tile(model, data, key, state: terrain.Curriculum) -> mjx.Data:
-        del model
-        return jittered_start(data, key, 0.1, 0.1, state.spawn)
-
-    def initial_curriculum(model, key, world) -> terrain.Curriculum:
-        del model
-        return terrain.start_world(key, world, _terrain(ground)[1].origins, ground)
-
-    def update_curriculum(model, data, info, state, key) -> terrain.Curriculum:
-        seconds = max_episode_steps * substeps * model.opt.timestep
-        commanded = jnp.linalg.norm(info["command"][:2]) * seconds
-        origins = _terrain(ground)[1].origins
-        return terrain.end_episode(state, key, data.qpos[:3], commanded, origins, ground)
+        return jittered_start(data, key, 0.1, 0.1, spawn)
 
     def build() -> mujoco.MjModel:
         return models.from_mjb(np.frombuffer(_terrain(ground)[0], np.uint8))
@@ -388,15 +419,9 @@ def velocity_task(
         "update_info": update_info,
     }
     if ground is None:
-        return Task(model=build, initial_state=start_flat, **common)
-    _CONFIGS[build] = ground
-    return Task(
-        model=build,
-        initial_state=start_on_tile,
-        initial_curriculum=initial_curriculum,
-        update_curriculum=update_curriculum,
-        **common,
-    )
+        return Task(model=build, initial_state=start, **common)
+    hooks = curriculum_hooks(build, ground_now, max_episode_steps, substeps, start)
+    return Task(**hooks, **common)
 
 
 VELOCITY = velocity_task("ant_velocity")
