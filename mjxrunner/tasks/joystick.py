@@ -319,6 +319,9 @@ def joystick_task(
         "max_episode_steps": max_episode_steps,
         "keyframe": robot.keyframe,
         "substeps": substeps,
+        # observation and termination read qpos and qvel only (reward and the feet
+        # read the data after a step): no forward pass per restart, nor its compile
+        "forward_on_reset": False,
         "obs_config": obs_config,
         "initial_info": initial_info,
         "update_info": update_info,
