@@ -9,16 +9,20 @@ on impl "c"; writes, per impl and task, the largest difference in qpos and in
 reward, how far the joints moved, and the seconds of ``reset`` plus the first
 ``step``. ``go1_joystick`` runs on Warp only: on jax it is ``go1_joystick_rough``'s
 functions on the flat scene, whose jax parity tests/test_robots.py checks already.
+Then the Gymnasium and torch doors step joystick tasks on Warp (``"doors"``).
 """
 
 import json
 import sys
 import time
 
+import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
+from mjxrunner.doors.torch import TorchVecEnv
 from mjxrunner.rl import env as E
 from mjxrunner.tasks import joystick
 
@@ -69,8 +73,50 @@ def main(out):
                 "reset_and_first_step_s": seconds,
             }
             print(impl, task.name, results[impl][task.name], flush=True)
+    results["doors"] = doors()
+    print("doors", results["doors"], flush=True)
     with open(out, "w") as f:
         json.dump(results, f)
+
+
+def doors():
+    """The Gymnasium and torch doors over joystick tasks on Warp (its kernels are
+    compiled above): 20 steps each; the shapes, and whether the rewards were finite
+    and every world stayed up."""
+    gym = gymnasium.make_vec(
+        "mjxrunner/Go1JoystickRough-v0",
+        num_envs=2,
+        vectorization_mode="vector_entry_point",
+        impl="warp",
+    )
+    obs, _ = gym.reset(seed=0)
+    rewards, fell = [], False
+    for _ in range(20):
+        obs, reward, terminated, _, _ = gym.step(np.zeros((2, 12), np.float32))
+        rewards.append(reward)
+        fell |= bool(terminated.any())
+    gym.close()
+    result = {
+        "gym": {
+            "terms": sorted(obs),
+            "worlds": sorted({v.shape[0] for v in obs.values()}),
+            "finite": bool(np.isfinite(rewards).all()),
+            "fell": fell,
+        }
+    }
+    door = TorchVecEnv("g1_joystick", 2, seed=0, impl="warp")
+    obs, _ = door.reset()
+    rewards, fell = [], False
+    for _ in range(20):
+        obs, reward, terminated, _, _ = door.step(torch.zeros((2, 29)))
+        rewards.append(reward)
+        fell |= bool(terminated.any())
+    result["torch"] = {
+        "terms": sorted(obs),
+        "finite": bool(torch.isfinite(torch.stack(rewards)).all()),
+        "fell": fell,
+    }
+    return result
 
 
 if __name__ == "__main__":

@@ -131,6 +131,10 @@ def test_joystick_tasks_on_mjx():
     results = json.loads((out / "result.json").read_text())
     assert set(results["warp"]) == {"go1_joystick", "g1_joystick", "go1_joystick_rough"}
     assert set(results["jax"]) == {"g1_joystick", "go1_joystick_rough"}
+    doors = results.pop("doors")  # Gymnasium (go1_joystick_rough) and torch (g1) on Warp
+    terms = sorted(joystick.TERMS)
+    assert doors["gym"] == {"terms": terms, "worlds": [2], "finite": True, "fell": False}
+    assert doors["torch"] == {"terms": terms, "finite": True, "fell": False}
     for impl, runs in results.items():
         for name, r in runs.items():
             atol = MJX_TASK_ATOL.get((name, impl), MJX_TASK_ATOL[name])
