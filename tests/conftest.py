@@ -28,6 +28,7 @@ CACHE = Path(os.environ.get("MJXRUNNER_CACHE", Path.home() / ".cache" / "mjxrunn
 
 import jax  # noqa: E402
 import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
@@ -118,6 +119,31 @@ def _free_executables_between_modules():
     """
     yield
     jax.clear_caches()
+
+
+# --- env states of tasks on a terrain, placed by hand -------------------------------
+
+
+def placed(leaf, value):
+    """``value`` as an array placed like ``leaf`` (so no program changes)."""
+    return jax.device_put(np.asarray(value, leaf.dtype), leaf.sharding)
+
+
+def on_tiles(state, level, spawn, qpos, command=None, qvel=None):
+    """The env ``state`` of a task with the terrain curriculum, with each world's
+    ``level`` and ``spawn``, its ``qpos``, and if given its ``qvel`` and the command
+    in its info; every array placed like the one it replaces."""
+    data = state.runner.data
+    new = {"qpos": placed(data.qpos, qpos)}
+    if qvel is not None:
+        new["qvel"] = placed(data.qvel, qvel)
+    info = state.info
+    if command is not None:
+        info = {**info, "command": placed(info["command"], command)}
+    c = state.curriculum
+    curriculum = c.replace(level=placed(c.level, level), spawn=placed(c.spawn, spawn))
+    runner = state.runner.replace(data=data.replace(**new))
+    return state.replace(runner=runner, curriculum=curriculum, info=info)
 
 
 # --- tests that run in processes of their own, in the background -------------------

@@ -11,6 +11,7 @@ checked through ``reset`` and ``reset_worlds`` (no physics step compiled) and it
 functions on single worlds.
 """
 
+import conftest
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -119,26 +120,11 @@ ACTIONS = np.random.default_rng(0).uniform(-1, 1, (45, N, 2)).astype(np.float32)
 STANDING = np.array([0.0, 0.0, 0.5])  # the ant's keyframe root above its spawn
 
 
-def placed(leaf, value):
-    """``value`` as an array placed like ``leaf`` (so no program changes)."""
-    return jax.device_put(np.asarray(value, leaf.dtype), leaf.sharding)
-
-
 def with_places(state, level, qpos, command=None, qvel=None):
     """``state`` with each world at ``level`` (spawn at the tile's centre), its puck at
     ``qpos`` relative to that spawn, and optionally its command and velocity."""
-    c = state.curriculum
-    spawn = ORIGINS[level, np.asarray(c.column)]
-    data = state.runner.data
-    new = {"qpos": placed(data.qpos, spawn + qpos)}
-    if qvel is not None:
-        new["qvel"] = placed(data.qvel, qvel)
-    info = state.info
-    if command is not None:
-        info = {**info, "command": placed(info["command"], command)}
-    curriculum = c.replace(level=placed(c.level, level), spawn=placed(c.spawn, spawn))
-    runner = state.runner.replace(data=data.replace(**new))
-    return state.replace(runner=runner, curriculum=curriculum, info=info)
+    spawn = ORIGINS[level, np.asarray(state.curriculum.column)]
+    return conftest.on_tiles(state, level, spawn, spawn + qpos, command, qvel)
 
 
 def ending(state, worlds):
@@ -303,16 +289,8 @@ def test_warp_moves_the_curriculum_too():
     state = mjxenv.jit_reset(warp, jax.random.key(1))
     column = np.asarray(state.curriculum.column)
     spawn = ORIGINS[[1, 1], column]
-    runner = state.runner
     qpos = spawn + np.array([[UP + 0.2, 0, 0], [0, 0, 0]])
-    state = state.replace(
-        runner=runner.replace(data=runner.data.replace(qpos=placed(runner.data.qpos, qpos))),
-        curriculum=state.curriculum.replace(
-            level=placed(state.curriculum.level, [1, 1]),
-            spawn=placed(state.curriculum.spawn, spawn),
-        ),
-        info={**state.info, "command": placed(state.info["command"], [[0.5, 0], [0.5, 0]])},
-    )
+    state = conftest.on_tiles(state, [1, 1], spawn, qpos, [[0.5, 0], [0.5, 0]])
     state = mjxenv.with_episode_length(state, np.array([STEPS - 1, STEPS - 1]))
     after = mjxenv.jit_step(warp, state, np.zeros((2, 2)))
     np.testing.assert_array_equal(after.curriculum.level, [2, 0])
@@ -373,15 +351,7 @@ def test_ant_curriculum_moves_on_restart_and_respawns_there(ant):
     qpos = np.asarray(state.runner.data.qpos).copy()
     qpos[:, :3] = spawn + STANDING
     qpos[0, 0] += up + 0.3  # walked: up
-    runner = state.runner
-    state = state.replace(
-        runner=runner.replace(data=runner.data.replace(qpos=placed(runner.data.qpos, qpos))),
-        curriculum=state.curriculum.replace(
-            level=placed(state.curriculum.level, level),
-            spawn=placed(state.curriculum.spawn, spawn),
-        ),
-        info={**state.info, "command": placed(state.info["command"], np.full((N, 3), 0.3))},
-    )
+    state = conftest.on_tiles(state, level, spawn, qpos, np.full((N, 3), 0.3))
     after = mjxenv.jit_reset_worlds(env, state, np.array([True, True, False, True]))
     c = jax.device_get(after.curriculum)
     # stood still under a command: down (clamped at 0 for world 3)

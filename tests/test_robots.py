@@ -289,15 +289,7 @@ def test_go1_rough_curriculum_moves_on_restart(rough):
     qpos = np.asarray(state.runner.data.qpos).copy()
     qpos[:, :3] = spawn + np.array([0.0, 0.0, 0.27])
     qpos[0, 0] += up + 0.3  # walked past half a tile: up
-    runner = state.runner
-    state = state.replace(
-        runner=runner.replace(data=runner.data.replace(qpos=placed(runner.data.qpos, qpos))),
-        curriculum=state.curriculum.replace(
-            level=placed(state.curriculum.level, level),
-            spawn=placed(state.curriculum.spawn, spawn),
-        ),
-        info={**state.info, "command": placed(state.info["command"], np.full((4, 3), 0.5))},
-    )
+    state = conftest.on_tiles(state, level, spawn, qpos, np.full((4, 3), 0.5))
     after = E.jit_reset_worlds(env, state, np.array([True, True, False, True]))
     c = jax.device_get(after.curriculum)
     np.testing.assert_array_equal(c.level, [3, 1, 2, 0])  # stood still: down, at least 0
@@ -312,8 +304,3 @@ def test_go1_rough_curriculum_moves_on_restart(rough):
 def test_go1_rough_is_registered_for_gymnasium():
     assert "go1_joystick_rough" in tasks.list()
     assert "mjxrunner/Go1JoystickRough-v0" in gymnasium.registry
-
-
-def placed(like, value):
-    """``value`` as an array placed like ``like`` (the env's sharding)."""
-    return jax.device_put(jnp.asarray(value, like.dtype), like.sharding)

@@ -214,10 +214,10 @@ def joystick_task(
 
     def on_ground(data: mjx.Data) -> jax.Array:
         feet = data.site_xpos[_layout(robot).foot_sites]
-        return height_above_ground(data, feet, ground_now()) < robot.contact_height
+        return height_above_ground(feet, ground_now()) < robot.contact_height
 
     def base_height(data: mjx.Data) -> jax.Array:
-        return height_above_ground(data, data.qpos[:3], ground_now())
+        return height_above_ground(data.qpos[:3], ground_now())
 
     def observation(model: mjx.Model, data: mjx.Data, info: dict) -> dict:
         del model

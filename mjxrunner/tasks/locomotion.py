@@ -240,14 +240,12 @@ def terrain_of(task: Task) -> terrain.Terrain | None:
 _TERRAINS: dict = {}  # scene builder -> () -> its Terrain
 
 
-def height_above_ground(
-    data: mjx.Data, xyz: jax.Array, ground: terrain.Terrain | None
-) -> jax.Array:
+def height_above_ground(xyz: jax.Array, ground: terrain.Terrain | None) -> jax.Array:
     """``(...,)`` heights of points ``xyz`` ``(..., 3)`` above the ground beneath
     them: ``ground``'s surface, or the plane z = 0 if it is None."""
     if ground is None:
         return xyz[..., 2]
-    heights = jnp.asarray(ground.heights, data.qpos.dtype)
+    heights = jnp.asarray(ground.heights, xyz.dtype)
     below = terrain.ground_height(heights, ground.corner, ground.config.resolution, xyz[..., :2])
     return xyz[..., 2] - below
 
@@ -370,7 +368,7 @@ def velocity_task(
     def terminated(model, data, info) -> jax.Array:
         del model, info
         upside_down = projected_gravity(data)[2] > 0
-        return (height_above_ground(data, data.qpos[:3], ground_now()) < MIN_HEIGHT) | upside_down
+        return (height_above_ground(data.qpos[:3], ground_now()) < MIN_HEIGHT) | upside_down
 
     def initial_info(model, data, key) -> dict:
         dtype = data.qpos.dtype
