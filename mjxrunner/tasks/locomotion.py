@@ -240,12 +240,20 @@ def terrain_of(task: Task) -> terrain.Terrain | None:
 _TERRAINS: dict = {}  # scene builder -> () -> its Terrain
 
 
+@functools.cache
+def _surface(ground: terrain.Terrain, dtype: np.dtype) -> np.ndarray:
+    """``ground.heights`` as one array per dtype, so every read of the surface in a
+    traced function shares one constant: a fresh ``jnp.asarray`` per call put six
+    0.8 MB copies of the grid into ``go1_joystick_rough``'s step."""
+    return np.asarray(ground.heights, dtype)
+
+
 def height_above_ground(xyz: jax.Array, ground: terrain.Terrain | None) -> jax.Array:
     """``(...,)`` heights of points ``xyz`` ``(..., 3)`` above the ground beneath
     them: ``ground``'s surface, or the plane z = 0 if it is None."""
     if ground is None:
         return xyz[..., 2]
-    heights = jnp.asarray(ground.heights, xyz.dtype)
+    heights = jnp.asarray(_surface(ground, xyz.dtype))
     below = terrain.ground_height(heights, ground.corner, ground.config.resolution, xyz[..., :2])
     return xyz[..., 2] - below
 
