@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/mjxrunner run $(or $(MODEL),cartpole) --num-envs 1024 --steps 3000
 
+# Two workers, whole files each so a module's compiled fixtures are built once: the
+# suite is compile-bound on 2 cores, and one process leaves a core idle most of it.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The pages of docs/ and the API reference from the docstrings; any warning fails it
 # (tests/test_docs.py builds it the same way).

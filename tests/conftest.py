@@ -154,6 +154,8 @@ def on_tiles(state, level, spawn, qpos, command=None, qvel=None):
 # they run on the second core while this process runs other tests; a test waits for
 # its job (starting it at once if the queue has not got there) and checks what it
 # printed and wrote. One job at a time keeps the two cores from being oversubscribed.
+# Under pytest-xdist (make test: one worker per core) there is no queue: a job starts
+# when its first test asks for it, and its worker waits, so two processes work.
 
 HERE = Path(__file__).parent
 
@@ -237,6 +239,8 @@ def finished(name: str, timeout: float = 900) -> tuple[list[tuple[int, str]], Pa
 
 
 def pytest_collection_finish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     ids = [item.nodeid for item in session.items]
 
     def first_use(job: Job) -> int:
