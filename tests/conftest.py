@@ -1,7 +1,6 @@
 """Shared fixtures. Compiles are the suite's cost, so runners are module-scoped and
 JAX's persistent compilation cache and Warp's kernel cache are on."""
 
-import json
 import os
 import subprocess
 import sys
@@ -155,10 +154,8 @@ def on_tiles(state, level, spawn, qpos, command=None, qvel=None):
 # they run on the second core while this process runs other tests; a test waits for
 # its job (starting it at once if the queue has not got there) and checks what it
 # printed and wrote. One job at a time keeps the two cores from being oversubscribed.
-# Under pytest-xdist (make test: one worker per core) the first worker runs the queue
-# and each job runs once for the whole run: whichever process first claims it (a file
-# created in a folder of the run) starts it, and publishes its logs there when it ends;
-# a test on another worker reads them from there.
+# Under pytest-xdist (make test: one worker per core) there is no queue: a job starts
+# when its first test asks for it, and its worker waits, so two processes work.
 
 HERE = Path(__file__).parent
 
@@ -169,33 +166,10 @@ class Job:
     needed_by: str  # a substring of the node ids of the tests that wait for it
     procs: list[subprocess.Popen] | None = None
     out: Path | None = None
-    elsewhere: bool = False  # claimed by another xdist worker
 
 
 _JOBS: dict[str, Job] = {}
 _LOCK = threading.Lock()
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... under xdist
-_SHARED = (
-    Path(tempfile.gettempdir()) / f"mjxrunner-jobs-{os.environ['PYTEST_XDIST_TESTRUNUID']}"
-    if _WORKER
-    else None
-)
-
-
-def _shared_file(name: str, suffix: str) -> Path:
-    _SHARED.mkdir(exist_ok=True)
-    return _SHARED / ("".join(c if c.isalnum() else "_" for c in name) + suffix)
-
-
-def _claim(name: str) -> bool:
-    """True if this process is the one to run job ``name``."""
-    if _SHARED is None:
-        return True
-    try:
-        os.close(os.open(_shared_file(name, ".claim"), os.O_CREAT | os.O_EXCL))
-        return True
-    except FileExistsError:
-        return False
 
 
 def background(name: str, needed_by: str | None = None):
@@ -246,60 +220,33 @@ def _launch(job: Job) -> list[subprocess.Popen]:
     """Starts ``job`` unless it has started; its processes either way."""
     with _LOCK:
         if job.procs is None:
-            name = next(n for n, j in _JOBS.items() if j is job)
-            if _claim(name):
-                job.out = Path(tempfile.mkdtemp(prefix="mjxrunner-"))
-                job.procs = job.launch(job.out)
-            else:
-                job.procs, job.elsewhere = [], True
+            job.out = Path(tempfile.mkdtemp(prefix="mjxrunner-"))
+            job.procs = job.launch(job.out)
         return job.procs
 
 
-def _wait(name: str, timeout: float) -> list[tuple[int, str]]:
-    """Waits for this process's run of job ``name``; publishes its logs under xdist."""
-    job = _JOBS[name]
-    codes = [p.wait(timeout=timeout) for p in _launch(job)]
-    if _SHARED is not None and not job.elsewhere:
-        done = _shared_file(name, ".json")
-        paths = [str(p.log_path) for p in job.procs]
-        tmp = done.with_suffix(f".{_WORKER}")
-        tmp.write_text(json.dumps({"out": str(job.out), "codes": codes, "logs": paths}))
-        os.replace(tmp, done)  # a reader never sees half a file
-    logs = [p.log_path.read_text(errors="replace") for p in job.procs]
-    return list(zip(codes, logs, strict=True))
-
-
-def _run_queue(names: list[str]) -> None:
-    for name in names:
-        _wait(name, timeout=None)
+def _run_queue(jobs: list[Job]) -> None:
+    for job in jobs:
+        for p in _launch(job):
+            p.wait()
 
 
 def finished(name: str, timeout: float = 900) -> tuple[list[tuple[int, str]], Path]:
     """Waits for job ``name``'s processes: ``([(returncode, log), ...], out_dir)``."""
     job = _JOBS[name]
-    _launch(job)
-    if not job.elsewhere:
-        return _wait(name, timeout), job.out
-    done, deadline = _shared_file(name, ".json"), time.monotonic() + timeout
-    while not done.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"job {name!r}, run by another worker, did not end")
-        time.sleep(0.5)
-    record = json.loads(done.read_text())
-    logs = [Path(log).read_text(errors="replace") for log in record["logs"]]
-    return list(zip(record["codes"], logs, strict=True)), Path(record["out"])
+    logs = [(p.wait(timeout=timeout), p.log_path.read_text(errors="replace")) for p in _launch(job)]
+    return logs, job.out
 
 
 def pytest_collection_finish(session):
-    if _WORKER not in (None, "gw0"):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     ids = [item.nodeid for item in session.items]
 
-    def first_use(name: str) -> int:
-        needed_by = _JOBS[name].needed_by
-        return next((i for i, nodeid in enumerate(ids) if needed_by in nodeid), -1)
+    def first_use(job: Job) -> int:
+        return next((i for i, nodeid in enumerate(ids) if job.needed_by in nodeid), -1)
 
-    selected = sorted((n for n in _JOBS if first_use(n) >= 0), key=first_use)
+    selected = sorted((j for j in _JOBS.values() if first_use(j) >= 0), key=first_use)
     threading.Thread(target=_run_queue, args=(selected,), daemon=True).start()
 
 
