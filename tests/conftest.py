@@ -155,8 +155,7 @@ def on_tiles(state, level, spawn, qpos, command=None, qvel=None):
 # its job (starting it at once if the queue has not got there) and checks what it
 # printed and wrote. One job at a time keeps the two cores from being oversubscribed.
 # Under pytest-xdist (make test: one worker per core) there is no queue: a job starts
-# when its first test asks for it, and its worker waits, so two processes work; the
-# files that wait for jobs go first, so that short files, not a job, end the run.
+# when its first test asks for it, and its worker waits, so two processes work.
 
 HERE = Path(__file__).parent
 
@@ -237,13 +236,6 @@ def finished(name: str, timeout: float = 900) -> tuple[list[tuple[int, str]], Pa
     job = _JOBS[name]
     logs = [(p.wait(timeout=timeout), p.log_path.read_text(errors="replace")) for p in _launch(job)]
     return logs, job.out
-
-
-def pytest_collection_modifyitems(session, config, items):
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    waits = {item.path for item in items for j in _JOBS.values() if j.needed_by in item.nodeid}
-    items.sort(key=lambda item: item.path not in waits)  # stable: else collection order
 
 
 def pytest_collection_finish(session):
