@@ -19,7 +19,8 @@ demo: $(STAMP)
 	$(BIN)/mjxrunner run $(or $(MODEL),cartpole) --num-envs 1024 --steps 3000
 
 # Two workers, whole files each so a module's compiled fixtures are built once: the
-# suite is compile-bound on 2 cores, and one process leaves a core idle most of it.
+# suite is compile-bound, and one process left the second core idle once the
+# background jobs were done (the last 15 of 37 minutes, cold, on 2 cores).
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
