@@ -16,17 +16,21 @@ def test_this_process_runs_with_the_emitters_off():
 
 
 @pytest.mark.parametrize(
-    ("flags", "opt_out", "started", "active", "added"),
+    ("flags", "opt_out", "started", "known", "active", "added"),
     [
-        ("", "", False, True, True),
-        ("--xla_force_host_platform_device_count=2", "", False, True, True),
-        ("", "1", False, False, False),  # opted out
-        ("", "", True, False, False),  # too late: XLA read its flags already
-        ("--xla_cpu_use_fusion_emitters=true", "", False, False, False),  # the user's
-        ("--xla_cpu_use_fusion_emitters=false", "", False, True, False),
+        ("", "", False, True, True, True),
+        ("--xla_force_host_platform_device_count=2", "", False, True, True, True),
+        ("", "1", False, True, False, False),  # opted out
+        ("", "", True, True, False, False),  # too late: XLA read its flags already
+        ("", "", False, False, False, False),  # a jaxlib whose XLA aborts on the flag
+        ("--xla_cpu_use_fusion_emitters=true", "", False, True, False, False),  # the user's
+        ("--xla_cpu_use_fusion_emitters=false", "", False, True, True, False),
     ],
 )
-def test_install_respects_the_users_choice(monkeypatch, flags, opt_out, started, active, added):
+def test_install_respects_the_users_choice(
+    monkeypatch, flags, opt_out, started, known, active, added
+):
+    monkeypatch.setattr(cpu_fusion, "KNOWN", known)
     monkeypatch.setenv("XLA_FLAGS", flags)
     monkeypatch.setenv(cpu_fusion.OPT_OUT, opt_out)
     monkeypatch.setattr(cpu_fusion.xla_bridge, "backends_are_initialized", lambda: started)

@@ -18,7 +18,9 @@ The flag is XLA's, so it is process-wide and read once, when JAX starts its
 backends: :func:`install` (called by ``import mjxrunner``) adds it to
 ``XLA_FLAGS`` only if no backend has started yet and ``XLA_FLAGS`` does not set it
 already. Set the environment variable ``MJXRUNNER_CPU_FUSION_EMITTERS=1`` to keep
-XLA's default. Other platforms ignore the flag.
+XLA's default. Other platforms ignore the flag. jaxlib 0.11's XLA no longer knows
+it and aborts the process on it (seen on a CUDA machine with jaxlib 0.11.2), so it
+is added only with the jaxlib versions that read it.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from __future__ import annotations
 import os
 
 from jax._src import xla_bridge
+from jax._src.lib import version as jaxlib_version
 
 FLAG = "--xla_cpu_use_fusion_emitters=false"
 OPT_OUT = "MJXRUNNER_CPU_FUSION_EMITTERS"
+KNOWN = jaxlib_version < (0, 11)  # whether this jaxlib's XLA reads the flag
 
 _active = False
 
@@ -37,14 +41,18 @@ def install() -> bool:
     """Turns XLA:CPU's fusion emitters off for this process, if it still can.
 
     Returns whether they are off: False when opted out, when ``XLA_FLAGS`` sets
-    them otherwise, or when JAX's backends started before the call (import
-    mjxrunner before running any JAX computation).
+    them otherwise, when this jaxlib does not know the flag, or when JAX's backends
+    started before the call (import mjxrunner before running any JAX computation).
     """
     global _active
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_use_fusion_emitters" in flags:  # the user's choice, either way
         _active = FLAG.lstrip("-") in flags
-    elif os.environ.get(OPT_OUT, "") not in ("", "0") or xla_bridge.backends_are_initialized():
+    elif (
+        not KNOWN
+        or os.environ.get(OPT_OUT, "") not in ("", "0")
+        or xla_bridge.backends_are_initialized()
+    ):
         _active = False
     else:
         os.environ["XLA_FLAGS"] = f"{flags} {FLAG}".strip()
