@@ -4,13 +4,15 @@ Run from the repository root (``make bench`` does this)::
 
     .venv/bin/python -m benchmarks.run                  # CPU suite
     .venv/bin/python -m benchmarks.run --device cuda    # GPU suite, up to 16384 worlds
+    .venv/bin/python -m benchmarks.run --device cuda --impl warp
 
 Each suite entry runs :func:`mjxrunner.tools.bench.run` and writes
 ``<machine>-<model>.json`` and ``.png`` (``machine`` is ``cpu``, or ``gpu-`` and the
-device kind); then ``results/README.md`` is rebuilt from every report in the folder,
-so results from different machines sit side by side with their backend identity.
-Models not (yet) in ``models/`` are skipped with a note. Record on a quiet machine:
-the load average at start and end is stored with each report.
+device kind, then the impl when it is not "jax"); then ``results/README.md`` is
+rebuilt from every report in the folder, so results from different machines sit
+side by side with their backend identity. Models not (yet) in ``models/`` are
+skipped with a note. Record on a quiet machine: the load average at start and end
+is stored with each report.
 """
 
 from __future__ import annotations
@@ -57,11 +59,13 @@ SUITES = {
 
 
 def machine_slug(info: dict) -> str:
-    """``cpu``, or ``gpu-`` plus the device kind, e.g. ``gpu-nvidia-h200``."""
+    """``cpu``, or ``gpu-`` plus the device kind, e.g. ``gpu-nvidia-h200``, then
+    ``-warp`` or ``-c`` for those impls."""
+    impl = "" if info.get("impl", "jax") == "jax" else f"-{info['impl']}"
     if info["platform"] == "cpu":
-        return "cpu"
+        return "cpu" + impl
     kind = re.sub(r"[^a-z0-9]+", "-", info["device_kind"].lower()).strip("-")
-    return f"{info['platform']}-{kind}"
+    return f"{info['platform']}-{kind}{impl}"
 
 
 def _k(x: float | None) -> str:
@@ -165,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", help="cpu (default), cuda, cuda:1, ...")
     p.add_argument("--models", nargs="+", help="only these models of the suite")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--impl", default="jax", help="jax (default), warp or c: what the runner steps on"
+    )
+    p.add_argument("--num-envs", type=int, nargs="+", help="these batch sizes instead")
+    p.add_argument("--variants", nargs="+", help="only these variants (bench.VARIANTS)")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument(
         "--cache-dir",
@@ -207,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             # for each, and a model that hangs or crashes leaves the others' results.
             child = [sys.executable, "-m", "benchmarks.run", "--models", s.model]
             child += ["--repeats", str(args.repeats), "--out-dir", str(args.out_dir)]
+            child += ["--impl", args.impl]
+            child += ["--num-envs", *map(str, args.num_envs)] if args.num_envs else []
+            child += ["--variants", *args.variants] if args.variants else []
             child += ["--host-devices", str(args.host_devices)]
             child += ["--device", args.device] if args.device else []
             child += ["--cache-dir", args.cache_dir] if args.cache_dir else []
@@ -220,14 +232,17 @@ def main(argv: list[str] | None = None) -> int:
             continue
         report = bench.run(
             s.model,
-            s.num_envs,
+            args.num_envs or s.num_envs,
             s.n_steps,
             repeats=args.repeats,
+            impl=args.impl,
+            variants=args.variants,
             device=device,
             progress=not args.no_progress,
         )
-        report["command"] = "python -m benchmarks.run" + (
-            f" --device {args.device}" if args.device else ""
+        # This process's own arguments: a child's name its model and every option.
+        report["command"] = " ".join(
+            ["python -m benchmarks.run", *(sys.argv[1:] if argv is None else argv)]
         )
         report["host"]["forced_host_devices"] = (
             args.host_devices if device.platform == "cpu" else None
