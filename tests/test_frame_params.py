@@ -15,6 +15,7 @@ from mjxrunner.engine.params import DERIVED, Term
 
 N = 4
 CART, POLE = 1, 2  # cartpole's bodies: the cart's inertial frame is its body frame
+CART_GEOM = 2  # the cart's box, at its body frame
 POLE_IPOS = np.array([0.01, 0.0, -0.02])
 POLE_POS = np.array([0.0, 0.03, 0.0])
 QPOS0 = np.array([0.1, 0.3])
@@ -111,7 +112,14 @@ def test_what_mujoco_would_ignore_or_not_rebuild_is_refused(cartpole):
         lambda: r.set_randomization([Term("body_ipos", 0.01, 0.02, "uniform", "set", (CART, 0))]),
         "body_sameframe",
     )
-    for path in ("body_quat", "body_iquat"):
+    # The cart's geom was compiled at its body frame: MuJoCo C would keep it there.
+    assert r.mj_model.geom_sameframe[CART_GEOM] == mujoco.mjtSameFrame.mjSAMEFRAME_BODY
+    assert not refused(
+        r,
+        lambda: r.set_randomization([Term("geom_pos", -0.01, 0.01, "uniform", "add", CART_GEOM)]),
+        "geom_sameframe",
+    )
+    for path in ("body_quat", "body_iquat", "geom_quat"):
         same = np.array(r.param(path))
         assert not refused(r, lambda p=path, v=same: r.set_param(p, v), "quaternion")
 

@@ -4,7 +4,10 @@ state vectors in and out, forward kinematics on reset, contacts switched off.
 Compiles are the cost, so one module-scoped runner, ``kit``, serves most tests: a
 motor-driven slider beside a box on a free joint above a floor, with every term on
 (random latency, pushes on the box, damping and the box geom's offset randomized
-on reset). Each test starts from a reset and leaves the runner as it found it.
+on reset). Each test starts from a reset and leaves the runner as it found it. The
+kit's terms act outside the physics, so ``kit`` steps on impl "c", which compiles no
+physics; ``kit_jax`` is the same runner on impl "jax" for what only that impl has
+(MJX's state vectors, worlds sharded over devices).
 """
 
 import jax
@@ -27,7 +30,9 @@ FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
 INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 
 # A slider pushed by a motor (the latency's subject, kept off the floor) and a box
-# on a free joint above a floor (the pushes' and contacts' subject).
+# on a free joint above a floor (the pushes' and contacts' subject). The box geom
+# sits off its body frame, with the inertia at the body frame, so that MuJoCo C
+# reads its randomized offset (a geom compiled at its body's frame keeps that frame).
 KIT_XML = """
 <mujoco>
   <option timestep="0.01"/>
@@ -39,7 +44,8 @@ KIT_XML = """
     </body>
     <body name="box" pos="0 0 0.3">
       <freejoint name="root"/>
-      <geom name="box" type="box" size="0.1 0.1 0.1" mass="1"/>
+      <inertial pos="0 0 0" mass="1" diaginertia="0.0067 0.0067 0.0067"/>
+      <geom name="box" type="box" size="0.1 0.1 0.1" pos="0 0 0.01"/>
     </body>
   </worldbody>
   <actuator>
@@ -57,9 +63,9 @@ TERMS = [
 CART_PUSHES = Pushes(interval=(3, 6), velocity=((-0.5, 0.5),), joint="slider")
 
 
-def kit_runner(**options) -> MultiEnvRunner:
+def kit_runner(impl: str = "c", **options) -> MultiEnvRunner:
     m = mujoco.MjModel.from_xml_string(KIT_XML)
-    r = MultiEnvRunner(m, N, seed=SEED, latency=LATENCY, pushes=PUSHES, **options)
+    r = MultiEnvRunner(m, N, impl=impl, seed=SEED, latency=LATENCY, pushes=PUSHES, **options)
     r.set_randomization(TERMS, at_startup=False)
     return r
 
@@ -67,6 +73,11 @@ def kit_runner(**options) -> MultiEnvRunner:
 @pytest.fixture(scope="module")
 def kit():
     return kit_runner()
+
+
+@pytest.fixture(scope="module")
+def kit_jax():
+    return kit_runner("jax")
 
 
 def with_rng(r: MultiEnvRunner, key: int) -> None:
@@ -131,10 +142,10 @@ def test_delays_are_drawn_on_each_reset_from_each_world_stream(kit):
 
 
 def test_a_fixed_delay_draws_nothing_and_zero_is_off(slider3):
-    fixed = MultiEnvRunner(slider3, 2, latency=2)
+    fixed = MultiEnvRunner(slider3, 2, impl="c", latency=2)
     assert fixed.latency == Latency(2, 2) and fixed.state.pushes is None
     np.testing.assert_array_equal(np.asarray(fixed.state.latency.delay), [2, 2])
-    plain = MultiEnvRunner(slider3, 2, latency=0)
+    plain = MultiEnvRunner(slider3, 2, impl="c", latency=0)
     assert plain.state.latency is None and plain.latency is None  # no queue at all
     # a fixed delay leaves the streams as a runner without latency has them
     rng = np.asarray(plain.state.rng)
@@ -142,7 +153,7 @@ def test_a_fixed_delay_draws_nothing_and_zero_is_off(slider3):
 
 
 def test_latency_and_pushes_set_later_reshape_the_state(slider3):
-    r = MultiEnvRunner(slider3, 2)
+    r = MultiEnvRunner(slider3, 2, impl="c")
     rng = np.asarray(r.state.rng)
     with pytest.raises(TypeError, match="Latency"):
         r.set_latency("soon")
@@ -216,11 +227,12 @@ def assert_same(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def test_same_seed_reproduces_bit_for_bit_sharded_or_not(kit):
+def test_same_seed_reproduces_bit_for_bit_sharded_or_not(kit, kit_jax):
+    assert_same(script(kit), script(kit))
     assert jax.device_count() >= 2
-    first = script(kit)
-    assert_same(first, script(kit))
-    sharded = kit_runner(devices=2)
+    first = script(kit_jax)
+    assert_same(first, script(kit_jax))
+    sharded = kit_runner("jax", devices=2)
     assert sharded.state.latency.queue.sharding.spec[0] == "worlds"
     assert_same(first, script(sharded))
 
@@ -259,7 +271,8 @@ def test_no_recompiles_after_warm_up_with_every_term_on(kit):
 # --- MuJoCo state vectors ------------------------------------------------------------------
 
 
-def test_get_state_matches_native_mj_getState(kit):
+def test_get_state_matches_native_mj_getState(kit_jax):
+    kit = kit_jax
     kit.reset_all()
     for t in range(5):
         kit.set_actions(commands(t))
@@ -291,7 +304,8 @@ def recorded_states(m: mujoco.MjModel, spec, n: int) -> np.ndarray:
     return np.stack(out)
 
 
-def test_set_state_round_trips_native_states(kit):
+def test_set_state_round_trips_native_states(kit_jax):
+    kit = kit_jax
     kit.reset_all()
     m = kit.mj_model
     states = recorded_states(m, INTEGRATION, N)
@@ -402,13 +416,9 @@ def test_collisions_off_lets_the_box_fall_through_the_floor(kit):
 
 
 def native_forward(model, world: int, qpos: np.ndarray) -> mujoco.MjData:
-    """A native forward pass of ``world``, its box geom offset compiled in (MuJoCo
-    skips the offset of a geom compiled in its body's frame)."""
-    offset = np.asarray(model.geom_pos)[world, BOX_GEOM]
-    xml = KIT_XML.replace(
-        '<geom name="box"', f'<geom name="box" pos="{offset[0]} {offset[1]} {offset[2]:.9g}"'
-    )
-    m = mujoco.MjModel.from_xml_string(xml)
+    """A native forward pass of ``world`` with its box geom offset."""
+    m = mujoco.MjModel.from_xml_string(KIT_XML)
+    m.geom_pos[BOX_GEOM] = np.asarray(model.geom_pos)[world, BOX_GEOM]
     d = mujoco.MjData(m)
     d.qpos[:] = qpos
     mujoco.mj_forward(m, d)
@@ -422,7 +432,8 @@ def test_resets_recompute_kinematics_with_the_redrawn_parameters(kit):
         before = np.asarray(kit.data.geom_xpos).copy()
         kit.reset_all() if ids is None else kit.reset_envs(ids)
         offset = np.asarray(kit.model.geom_pos)[:, BOX_GEOM, 2]
-        assert (np.abs(offset) > 1e-3).all() and len(set(offset.tolist())) == N  # redrawn
+        moved = np.abs(offset - kit.mj_model.geom_pos[BOX_GEOM, 2])
+        assert (moved > 1e-3).all() and len(set(offset.tolist())) == N  # redrawn
         qpos, geom_xpos, xpos = (
             np.asarray(x) for x in (kit.data.qpos, kit.data.geom_xpos, kit.data.xpos)
         )
@@ -440,7 +451,9 @@ def test_resets_recompute_kinematics_with_the_redrawn_parameters(kit):
 
 
 def test_checkpoints_keep_the_events(slider3, tmp_path):
-    r = MultiEnvRunner(slider3, 2, latency=Latency(1, 3), pushes=Pushes(2, ((-1, 1),), joint="j0"))
+    r = MultiEnvRunner(
+        slider3, 2, impl="c", latency=Latency(1, 3), pushes=Pushes(2, ((-1, 1),), joint="j0")
+    )
     r.set_collision_enabled(False)
     for t in range(3):
         r.set_actions(np.full((2, 3), 0.1 * t))
@@ -462,7 +475,7 @@ def test_checkpoints_keep_the_events(slider3, tmp_path):
 
 def test_the_env_delays_actions_and_pushes_through_the_engine(tmp_path):
     task = tasks.get("cartpole_balance")
-    env = E.make(task, N, latency=Latency(1, 3), pushes=CART_PUSHES)
+    env = E.make(task, N, impl="c", latency=Latency(1, 3), pushes=CART_PUSHES)
     s = E.jit_reset(env, jax.random.key(4))
     delay = np.asarray(s.runner.latency.delay)
     assert set(delay.tolist()) <= {1, 2, 3} and len(set(delay.tolist())) > 1

@@ -14,8 +14,9 @@ cameras that track a body (``cam_pos0``, ``cam_poscom0``, ``cam_mat0``).
 MuJoCo does (impl "c" runs MuJoCo's own ``mj_setConst``). Parameters whose derived
 quantities we do not rebuild (geometry that MJX caches, ``tendon_invweight0`` and
 ``tendon_length0`` of models with tendons, the offsets of lights that follow a
-body) are refused, and so is a new ``body_ipos`` of a body whose inertial frame was
-compiled as its body frame (``body_sameframe``): MuJoCo C skips that offset.
+body) are refused, and so are new offsets of frames the compiler marked as
+coinciding with another (``body_sameframe``, ``geom_sameframe``): MuJoCo C skips
+those offsets (:func:`check_same_frames`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ REFUSED = {
     "and it sets body_sameframe flags at compile time",
     "body_iquat": "a quaternion drawn or set element by element leaves the unit sphere, "
     "and it sets body_sameframe flags at compile time",
+    "geom_quat": "a quaternion drawn or set element by element leaves the unit sphere, "
+    "and it sets geom_sameframe flags at compile time",
     "body_subtreemass": "it is derived; set body_mass instead",
     "body_invweight0": "it is derived; set body_mass/body_inertia instead",
     "dof_invweight0": "it is derived; set body_mass/body_inertia/dof_armature instead",
@@ -132,25 +135,40 @@ def check_settable(model: mjx.Model, path: str) -> jax.Array:
     return leaf
 
 
-def check_inertial_frames(model: mjx.Model, path: str, *values: np.ndarray) -> None:
-    """Refuses a new ``body_ipos`` of a body compiled with its inertial frame at its
-    body frame (``body_sameframe``): MuJoCo C copies the body frame for those bodies,
-    whatever ``body_ipos`` holds. ``values``: arrays of ``(..., nbody, 3)`` that may
-    be written (shared or per world)."""
-    if path != "body_ipos":
+def check_same_frames(model: mjx.Model, path: str, *values: np.ndarray) -> None:
+    """Refuses new frame offsets that MuJoCo C would skip, where MJX would not.
+
+    The compiler marks a frame that coincides with another (``body_sameframe``,
+    ``geom_sameframe``) and MuJoCo C then copies that frame, whatever the offset
+    holds: the inertial frame of a body compiled at its body frame (``body_ipos``),
+    and a geom compiled at its body's or inertial frame (``geom_pos``). ``values``:
+    arrays of ``(..., n, 3)`` that may be written (shared or per world).
+    """
+    frame = mujoco.mjtSameFrame
+    if path == "body_ipos":
+        same = np.asarray(model.body_sameframe) == frame.mjSAMEFRAME_BODY
+        what = "bodies", "their inertial frame was compiled as the body frame (body_sameframe)"
+    elif path == "geom_pos":
+        same = np.isin(
+            np.asarray(model.geom_sameframe), [frame.mjSAMEFRAME_BODY, frame.mjSAMEFRAME_INERTIA]
+        )
+        what = (
+            "geoms",
+            "their frame was compiled as their body's or its inertial frame (geom_sameframe)",
+        )
+    else:
         return
     base = np.asarray(get_leaf(model, path))
     changed = np.zeros(base.shape[-2], bool)
     for v in values:
         differs = np.asarray(v) != base  # broadcast: shared or per world, either side
         changed |= differs.reshape(-1, *differs.shape[-2:]).any(axis=(0, 2))
-    same = np.asarray(model.body_sameframe) == mujoco.mjtSameFrame.mjSAMEFRAME_BODY
     bad = np.flatnonzero(same & changed)
     if bad.size:
         raise ValueError(
-            f"'body_ipos' of bodies {bad.tolist()} cannot change: their inertial frame "
-            "was compiled as the body frame (body_sameframe), which MuJoCo keeps. Give "
-            "them a nonzero inertial offset in the model, or leave them out (index=)"
+            f"{path!r} of {what[0]} {bad.tolist()} cannot change: {what[1]}, which "
+            "MuJoCo keeps. Give them a nonzero offset in the model, or leave them out "
+            "(index=)"
         )
 
 
@@ -439,7 +457,7 @@ def check_terms(model: mjx.Model, terms: Sequence[Term]) -> tuple[Term, ...]:
     for path, (lo, hi, which) in bounds.items():
         try:
             check_values(path, lo, hi)
-            check_inertial_frames(model, path, lo, hi)
+            check_same_frames(model, path, lo, hi)
         except ValueError as e:
             named = ", ".join(f"{i} {terms[i]!r}" for i in which)
             raise ValueError(
@@ -576,7 +594,7 @@ def new_values(model: mjx.Model, path: str, values: Any, env_ids: Any, num_envs:
         new = new.copy()
         new[ids] = vals
     check_values(path, new)
-    check_inertial_frames(model, path, new)
+    check_same_frames(model, path, new)
     return new
 
 
@@ -591,7 +609,7 @@ def field_values(model: mjx.Model, fields: Any) -> dict[str, np.ndarray]:
         leaf = check_settable(model, path)
         arr = checks.finite_array(value, f"value for {path!r}", core_shape(model, path), leaf.dtype)
         check_values(path, arr)
-        check_inertial_frames(model, path, arr)
+        check_same_frames(model, path, arr)
         updates[path] = arr
     return updates
 
