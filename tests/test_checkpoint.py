@@ -1,5 +1,13 @@
 """Checkpoints of runners and envs: exact continuation, atomic writes, corrupt files,
-mismatches, old formats."""
+mismatches, old formats.
+
+What a checkpoint holds and how it is checked is the same for every impl, so the
+stepped runner here runs on impl "c" (:data:`IMPL`: MuJoCo's C step, no physics
+compiled). Three parts stay on impl "jax" (and so save and read back MJX's data):
+the runner split over two devices (impl "c" spreads worlds over threads), and,
+because on impl "c" each runner's and env's host model is a static value of its own,
+``restore`` into another runner (refused there as a structurally different model)
+and the envs (a loaded env's tree structure differs from the saved one's)."""
 
 import dataclasses
 import json
@@ -18,6 +26,7 @@ from mjxrunner.engine import archive
 from mjxrunner.engine.params import Term
 from mjxrunner.rl import env as env_
 
+IMPL = "c"  # the impl of the stepped runner here (see above)
 N = 4
 
 
@@ -55,10 +64,8 @@ def assert_same(a: list, b: list) -> None:
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.fixture(scope="module")
-def runner(slider3):
-    """A runner with something in every part of its state."""
-    r = MultiEnvRunner(slider3, N, seed=5, max_qvel=1e6)
+def configured(r: MultiEnvRunner) -> MultiEnvRunner:
+    """``r`` with something in every part of its state but the physics'."""
     r.set_param("body_mass", [0.0, 1.0, 2.0, 3.0], env_ids=[2])  # per world, derived rebuilt
     r.set_gravity([0, 0, -3.0], world=1)
     r.set_randomization(
@@ -66,6 +73,13 @@ def runner(slider3):
     )
     r.set_user_state({"goal": jnp.arange(3.0), "seen": [jnp.zeros(2, jnp.int32)]})
     r.set_grid_layout(2.5, columns=2)
+    return r
+
+
+@pytest.fixture(scope="module")
+def runner(slider3):
+    """A runner with something in every part of its state."""
+    r = configured(MultiEnvRunner(slider3, N, seed=5, max_qvel=1e6, impl=IMPL))
     drive(r, 0, 5)
     return r
 
@@ -75,7 +89,7 @@ def test_restored_runner_continues_bit_for_bit(runner, tmp_path):
     runner.save(path)
     saved = everything(runner)
     header, _ = checkpoint.read(path)
-    assert header["num_envs"] == N and header["backend"]["impl"] == "jax"
+    assert header["num_envs"] == N and header["backend"]["impl"] == IMPL
     assert header["randomization"]["every_n_steps"] == 4
 
     loaded = MultiEnvRunner.load(path)
@@ -92,15 +106,17 @@ def test_restored_runner_continues_bit_for_bit(runner, tmp_path):
     assert loaded.user_state["goal"].shape == (3,)
 
 
-def test_restore_in_place_and_its_refusals(runner, tmp_path, slider3):
+def test_restore_in_place_and_its_refusals(tmp_path, slider3):
+    # On impl "jax", not stepped (see the module docstring).
+    runner = configured(MultiEnvRunner(slider3, N, seed=5, max_qvel=1e6, impl="jax"))
     path = tmp_path / "a.ckpt"
     runner.save(path)
     saved = everything(runner)
-    other = MultiEnvRunner(slider3, N, seed=99)
+    other = MultiEnvRunner(slider3, N, seed=99, impl="jax")
     other.restore(path)
     assert_same(saved, everything(other))
 
-    small = MultiEnvRunner(slider3, 2)
+    small = MultiEnvRunner(slider3, 2, impl="jax")
     before = everything(small)
     with pytest.raises(CheckpointError, match="num_envs=4, expected num_envs=2"):
         small.restore(path)
@@ -109,7 +125,7 @@ def test_restore_in_place_and_its_refusals(runner, tmp_path, slider3):
         MultiEnvRunner.load(path, num_envs=8)
     with pytest.raises(CheckpointError, match=r"structurally different.*nq 3 != 1"):
         MultiEnvRunner.load(path, model="pendulum")
-    pendulum = MultiEnvRunner("pendulum", N)
+    pendulum = MultiEnvRunner("pendulum", N, impl="jax")
     before = everything(pendulum)
     with pytest.raises(CheckpointError, match="structurally different"):
         pendulum.restore(path)
@@ -117,7 +133,7 @@ def test_restore_in_place_and_its_refusals(runner, tmp_path, slider3):
 
 
 def test_custom_user_state_needs_a_template(slider3, tmp_path):
-    r = MultiEnvRunner(slider3, N)
+    r = MultiEnvRunner(slider3, N, impl=IMPL)
     r.set_user_state(Tally(hits=jnp.arange(N)))
     r.save(tmp_path / "t.ckpt")
     with pytest.raises(CheckpointError, match="user_template"):
@@ -290,7 +306,7 @@ def test_save_is_atomic(runner, good, tmp_path, monkeypatch):
 
 
 def test_sharded_runner_round_trip(slider3, tmp_path):
-    r = MultiEnvRunner(slider3, N, seed=2, devices=2)
+    r = MultiEnvRunner(slider3, N, seed=2, devices=2)  # impl "jax" (see above)
     r.set_actions(actions(0, 3))
     r.set_param("dof_damping", np.ones((N, 3)))  # a per-world parameter, split too
     r.save(tmp_path / "s.ckpt")
@@ -329,7 +345,8 @@ def assert_bit_identical(a, b) -> None:
 
 @pytest.fixture(scope="module")
 def envs():
-    plain = env_.make("cartpole_balance", N, autoreset="same_step")
+    # On impl "jax" (see the module docstring).
+    plain = env_.make("cartpole_balance", N, autoreset="same_step", impl="jax")
     gravity = np.array([[0, 0, -9.81 * k] for k in (1.0, 1.5, 2.0, 0.5)], np.float32)
     varied = plain.with_param("opt.gravity", gravity)  # per world
     varied = varied.with_randomization([Term("dof_damping", 0.5, 2.0)])
@@ -396,4 +413,4 @@ def test_env_checkpoint_refusals(envs, tmp_path):
     _, again = env_.load(path, task="cartpole_balance")  # the saved task, by name
     assert_bit_identical(state, again)
     with pytest.raises(ValueError, match="num_envs"):
-        env_.save(path, env_.make("cartpole_balance", 2), state)
+        env_.save(path, env_.make("cartpole_balance", 2, impl="jax"), state)

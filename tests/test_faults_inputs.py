@@ -1,6 +1,7 @@
 """Bad input that used to pass silently (issue 29, defects 3, 5 and 8a/8b): each is
 refused where it is given, by the one check every door goes through, and a refused
-call changes nothing."""
+call changes nothing. The checks are the same for every impl, so every runner and
+door here runs on impl "c" (MuJoCo's C step: no physics compiled)."""
 
 import jax
 import numpy as np
@@ -16,6 +17,7 @@ from mjxrunner.doors.torch import TorchVecEnv
 from mjxrunner.engine.params import Term
 from mjxrunner.rl import env as E
 
+IMPL = "c"  # validation and bookkeeping, not the physics: see the module docstring
 N = 2
 TASK = tasks.get("cartpole_balance").replace(max_episode_steps=12)
 # What jax.random.key keeps of a seed: its int64 with x64, its low 32 bits without.
@@ -24,12 +26,12 @@ SEED_BITS = 63 if jax.config.jax_enable_x64 else 32
 
 @pytest.fixture(scope="module")
 def runner():
-    return MultiEnvRunner("cartpole", N, seed=1)
+    return MultiEnvRunner("cartpole", N, seed=1, impl=IMPL)
 
 
 @pytest.fixture(scope="module")
 def gym_door():
-    return MjxVectorEnv(TASK, N)
+    return MjxVectorEnv(TASK, N, impl=IMPL)
 
 
 # --- defect 3: randomization terms obey set_param's rules at the bounds of their draws ---
@@ -60,16 +62,16 @@ def test_terms_set_param_refuses_are_refused_and_change_nothing(runner, terms, r
 
 
 def test_every_door_refuses_the_same_terms(runner, gym_door):
-    env = E.make(TASK, N)
-    genv = E.make(TASK, 2 * N, groups=[("cartpole", N), ("cartpole", N)])
-    group_runner = GroupRunner([("cartpole", 1), ("cartpole", 1)])
+    env = E.make(TASK, N, impl=IMPL)
+    genv = E.make(TASK, 2 * N, groups=[("cartpole", N), ("cartpole", N)], impl=IMPL)
+    group_runner = GroupRunner([("cartpole", 1), ("cartpole", 1)], impl=IMPL)
     bad = [Term("body_mass", -2, -1)]
     for attach in (
         env.with_randomization,
         genv.with_randomization,
         gym_door.set_randomization,
         group_runner.set_randomization,
-        lambda terms: BraxEnv(TASK, randomization=terms),
+        lambda terms: BraxEnv(TASK, randomization=terms, impl=IMPL),
     ):
         with pytest.raises(ValueError, match=r"'body_mass' must be >= 0, got min -2"):
             attach(bad)
@@ -141,19 +143,19 @@ BAD_SEEDS = [
 def test_bad_seeds_are_refused_at_construction(seed, error):
     match = rf"seed must be an int in \[0, 2\*\*{SEED_BITS}\)" if error is ValueError else "seed"
     for build in (
-        lambda: MultiEnvRunner("cartpole", N, seed=seed),
-        lambda: GroupRunner([("cartpole", 1), ("cartpole", 1)], seed=seed),
-        lambda: E.make(TASK, N, reset_pool=2, pool_seed=seed),
-        lambda: MjxVectorEnv(TASK, N, seed=seed),
-        lambda: TorchVecEnv(TASK, N, seed=seed),
-        lambda: RslRlVecEnv(TASK, N, seed=seed),
+        lambda: MultiEnvRunner("cartpole", N, seed=seed, impl=IMPL),
+        lambda: GroupRunner([("cartpole", 1), ("cartpole", 1)], seed=seed, impl=IMPL),
+        lambda: E.make(TASK, N, reset_pool=2, pool_seed=seed, impl=IMPL),
+        lambda: MjxVectorEnv(TASK, N, seed=seed, impl=IMPL),
+        lambda: TorchVecEnv(TASK, N, seed=seed, impl=IMPL),
+        lambda: RslRlVecEnv(TASK, N, seed=seed, impl=IMPL),
     ):
         with pytest.raises(error, match=match):
             build()
 
 
 def test_bad_seeds_are_refused_by_reset(gym_door):
-    torch_door = TorchVecEnv(TASK, N)
+    torch_door = TorchVecEnv(TASK, N, impl=IMPL)
     for door in (gym_door, torch_door):
         for seed, error in BAD_SEEDS:
             with pytest.raises(error, match="seed"):
@@ -163,7 +165,7 @@ def test_bad_seeds_are_refused_by_reset(gym_door):
 
 def test_the_largest_seed_taken_is_a_key_of_its_own():
     top = 2**SEED_BITS - 1
-    assert MultiEnvRunner("cartpole", 1, seed=top).num_envs == 1
+    assert MultiEnvRunner("cartpole", 1, seed=top, impl=IMPL).num_envs == 1
     keys = {tuple(np.asarray(jax.random.key_data(jax.random.key(s)))) for s in (0, 1, top)}
     assert len(keys) == 3
 
@@ -174,12 +176,14 @@ def test_the_largest_seed_taken_is_a_key_of_its_own():
 def test_obs_clip_needs_normalize_obs():
     match = r"obs_clip .* needs normalize_obs=True"
     for build in (
-        lambda: E.make(TASK, N, obs_clip=5.0),
-        lambda: E.make(TASK, 2 * N, groups=[("cartpole", N), ("cartpole", N)], obs_clip=5.0),
-        lambda: MjxVectorEnv(TASK, N, obs_clip=5.0),
-        lambda: TorchVecEnv(TASK, N, obs_clip=5.0),
-        lambda: E.make(TASK, N).with_obs_normalization(False, clip=5.0),
+        lambda: E.make(TASK, N, obs_clip=5.0, impl=IMPL),
+        lambda: E.make(
+            TASK, 2 * N, groups=[("cartpole", N), ("cartpole", N)], obs_clip=5.0, impl=IMPL
+        ),
+        lambda: MjxVectorEnv(TASK, N, obs_clip=5.0, impl=IMPL),
+        lambda: TorchVecEnv(TASK, N, obs_clip=5.0, impl=IMPL),
+        lambda: E.make(TASK, N, impl=IMPL).with_obs_normalization(False, clip=5.0),
     ):
         with pytest.raises(ValueError, match=match):
             build()
-    assert E.make(TASK, N, normalize_obs=True, obs_clip=5.0).normalize.clip == 5.0
+    assert E.make(TASK, N, normalize_obs=True, obs_clip=5.0, impl=IMPL).normalize.clip == 5.0

@@ -1,4 +1,10 @@
-"""MultiEnvRunner: construction, validation, double buffering, resets, layout."""
+"""MultiEnvRunner: construction, validation, double buffering, resets, layout.
+
+What is checked here is the runner's own, the same for every impl, so the runners run
+on impl "c" (:data:`IMPL`: MuJoCo's C step, no physics compiled). Two checks stay on
+impl "jax": the model features MJX cannot run, and runners of one model sharing
+compiled functions (on impl "c" each runner's host model is a static value of its
+own, so each runner compiles its own)."""
 
 import jax
 import mujoco
@@ -8,12 +14,13 @@ import pytest
 from mjxrunner import CompileCounter, MultiEnvRunner
 from mjxrunner.engine import models
 
+IMPL = "c"  # the impl of the runners here but the two checks named above
 N = 4
 
 
 @pytest.fixture(scope="module")
 def runner():
-    return MultiEnvRunner("cartpole", N, seed=3)
+    return MultiEnvRunner("cartpole", N, seed=3, impl=IMPL)
 
 
 @pytest.fixture
@@ -45,7 +52,7 @@ def test_model_sources_agree(tmp_path):
     text = path.read_text()
     (tmp_path / "p.xml").write_text(text)
     for source in ("pendulum", path, str(tmp_path / "p.xml"), text, models.load("pendulum")):
-        r = MultiEnvRunner(source, 2)
+        r = MultiEnvRunner(source, 2, impl=IMPL)
         assert r.mj_model.nq == 1 and r.action_dim() == 1
         assert r.data.qpos.shape == (2, 1)
 
@@ -92,11 +99,11 @@ def test_unsupported_model_features_are_named():
     m = models.load("pendulum")
     m.opt.enableflags |= mujoco.mjtEnableBit.mjENBL_ENERGY
     with pytest.raises(ValueError, match="energy"):
-        MultiEnvRunner(m, 2)
+        MultiEnvRunner(m, 2, impl="jax")
 
 
 def test_keyframe_start(fresh):
-    r = MultiEnvRunner("cartpole", 2, keyframe="hanging")
+    r = MultiEnvRunner("cartpole", 2, keyframe="hanging", impl=IMPL)
     np.testing.assert_allclose(np.asarray(r.data.qpos), [[0, np.pi]] * 2, atol=1e-6)
     # the initial data is complete (forward kinematics ran): the pole tip is below the cart
     assert float(r.data.site_xpos[0, 0, 2]) < 0.5
@@ -104,11 +111,11 @@ def test_keyframe_start(fresh):
 
 def test_properties(fresh):
     r = fresh
-    assert r.num_envs == N and r.impl == "jax" and r.action_dim() == 1
+    assert r.num_envs == N and r.impl == IMPL and r.action_dim() == 1
     assert r.control.shape == (N, 1)
     assert r.episode_length.dtype == np.int32 and r.terminated.dtype == bool
     info = r.backend_info
-    assert info["impl"] == "jax" and info["qpos_dtype"] == "float32"
+    assert info["impl"] == IMPL and info["qpos_dtype"] == "float32"
     assert set(info["versions"]) == {"mujoco", "mujoco-mjx", "jax", "jaxlib", "warp-lang"}
     # NumPy copies never write back
     r.terminated[:] = True
@@ -266,13 +273,14 @@ def test_zero_recompiles_after_warmup(fresh):
     assert c.count == 0
 
 
-def test_runners_of_one_model_share_compiled_steps(fresh):
+def test_runners_of_one_model_share_compiled_steps():
     # The runner passes its model as leaves plus an interned treedef (see
     # runner._Treedef); a second runner of an equal model must still hit the
-    # compiled step and reset of the first.
-    fresh.step()
-    fresh.reset(np.arange(N) < 2)
-    other = MultiEnvRunner("cartpole", N, seed=4)
+    # compiled step and reset of the first. On impl "jax" (see the module docstring).
+    first = MultiEnvRunner("cartpole", N, seed=3, impl="jax")
+    first.step()
+    first.reset(np.arange(N) < 2)
+    other = MultiEnvRunner("cartpole", N, seed=4, impl="jax")
     with CompileCounter() as c:
         other.step()
         other.reset(np.arange(N) < 2)
@@ -340,7 +348,7 @@ def test_build_default_makes_a_new_snapshot(fresh):
     np.testing.assert_array_equal(r.episode_length, 0)  # counters are not snapshotted
     assert not r.terminated.any()
     # restore the construction defaults for the other tests
-    r2 = MultiEnvRunner("cartpole", N, seed=3)
+    r2 = MultiEnvRunner("cartpole", N, seed=3, impl=IMPL)
     r._eng = r._eng.replace(default=r2.engine.default)
 
 
