@@ -3,8 +3,11 @@ vs truncated, episode statistics, determinism and bad input.
 
 Every test shares one compiled ``reset``/``step``/``reset_worlds`` (the module-level
 ``jit_*`` of ``mjxrunner.env``): the autoreset mode is an array, so switching modes
-does not recompile. The task is cartpole balance cut to 25 steps, so that within a
-short run some worlds fall (terminated) and others reach the limit (truncated).
+does not recompile (the blown-up world's per-world actuator compiles its own). The
+task is cartpole balance cut to 25 steps, so that within a short run some worlds
+fall (terminated) and others reach the limit (truncated). The env runs on impl "c"
+(MuJoCo's C engine: the physics does not compile, and it is not what these tests
+are about).
 """
 
 import jax
@@ -19,6 +22,7 @@ from mjxrunner.rl import env as E
 TASK = tasks.get("cartpole_balance").replace(max_episode_steps=25)
 N = 4
 STEPS = 60
+IMPL = "c"  # autoreset and bookkeeping, not the physics: see the module docstring
 
 
 def policy(obs) -> np.ndarray:
@@ -44,7 +48,7 @@ def run(env, mode: str, key: int = 0, steps: int = STEPS) -> list:
 
 @pytest.fixture(scope="module")
 def env():
-    return E.make(TASK, N, autoreset="next_step")
+    return E.make(TASK, N, autoreset="next_step", impl=IMPL)
 
 
 @pytest.fixture(scope="module")
@@ -228,16 +232,22 @@ def test_reset_worlds_restarts_only_the_masked_worlds(env, runs):
 
 
 def test_a_blown_up_world_is_flagged_truncated_and_restarted(env):
-    s = E.jit_reset(env, jax.random.key(3))
+    """World 0's action is NaN (the action guard trips); world 1's actuator is 1e30
+    times stronger and its push blows it up (the instability guard trips: on MJX its
+    state turns NaN, MuJoCo's C engine resets the diverging world itself and says
+    so). Both are truncated and restarted at the next step, and counted."""
+    hot = env.with_param("actuator_gear", np.array([[1e30, 0, 0, 0, 0, 0]]), env_ids=[1])
+    s = E.jit_reset(hot, jax.random.key(3))
     action = np.zeros((N, 1), np.float32)
-    action[0] = np.nan
-    s = E.jit_step(env, s, action)
-    assert s.nonfinite[0] and s.truncated[0] and not s.terminated[0]
-    assert not s.nonfinite[1:].any() and not s.done[1:].any()
-    assert s.runner.tripped["action"][0] and not s.runner.tripped["action"][1:].any()
-    s = E.jit_step(env, s, np.zeros((N, 1), np.float32))  # next_step: restarted now
+    action[0], action[1] = np.nan, 1.0
+    s = E.jit_step(hot, s, action)
+    assert s.truncated[:2].all() and not s.terminated[0]
+    assert s.nonfinite[1] and not s.nonfinite[2:].any() and not s.done[2:].any()
+    np.testing.assert_array_equal(s.runner.tripped["action"], [True, False, False, False])
+    s = E.jit_step(hot, s, np.zeros((N, 1), np.float32))  # next_step: restarted now
     assert np.all(np.isfinite(s.obs)) and not s.nonfinite.any()
-    assert s.episode_length[0] == 0 and s.stats.completed[0] == 1
+    np.testing.assert_array_equal(s.episode_length[:2], 0)
+    np.testing.assert_array_equal(s.stats.completed, [1, 1, 0, 0])
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")

@@ -2,7 +2,10 @@
 RecordVideo over it, and every task registered for ``gymnasium.make_vec``.
 
 Frames are drawn from host copies of the drawn worlds only; the tests check what
-those copies cost (``WorldRenderer.last_fetch_bytes``) against the batch.
+those copies cost (``WorldRenderer.last_fetch_bytes``) against the batch. The envs
+run on impl "c" (MuJoCo's C engine: the physics does not compile, and frames are
+drawn by ``mujoco.Renderer`` on the host whatever the impl), but for those
+``make_vec`` builds with the registered defaults.
 """
 
 import gymnasium
@@ -18,11 +21,12 @@ from mjxrunner.doors.gym import MjxVectorEnv, WorldFrames
 
 N = 8
 SIZE = (96, 64)
+IMPL = "c"  # the frames, not the physics: see the module docstring
 
 
 @pytest.fixture(scope="module")
 def vec():
-    env = MjxVectorEnv("cartpole_balance", N, render_mode="rgb_array", render_size=SIZE)
+    env = MjxVectorEnv("cartpole_balance", N, render_mode="rgb_array", render_size=SIZE, impl=IMPL)
     env.reset(seed=0)
     return env
 
@@ -53,13 +57,15 @@ def test_frames_follow_the_state_and_keep_their_snapshot(vec):
 
 
 def test_tiled_view_shows_the_render_worlds_side_by_side():
-    env = MjxVectorEnv("cartpole_balance", N, render_mode="rgb_array_list", render_worlds=[0, 3, 5])
+    env = MjxVectorEnv(
+        "cartpole_balance", N, render_mode="rgb_array_list", render_worlds=[0, 3, 5], impl=IMPL
+    )
     env.reset(seed=0)
     for _ in range(3):
         env.step(np.zeros((N, 1), np.float32))
     frames = env.render()
     assert len(frames) == 4 and env.render() == []  # reset + 3 steps, then cleared
-    one = MjxVectorEnv("cartpole_balance", N, render_mode="rgb_array", render_worlds=[0])
+    one = MjxVectorEnv("cartpole_balance", N, render_mode="rgb_array", render_worlds=[0], impl=IMPL)
     one.reset(seed=0)
     assert carts(env.render_tiled()) == 3 and carts(one.render_tiled()) == 1
     np.testing.assert_array_equal(frames[0].shape, (480, 640, 3))
@@ -73,7 +79,9 @@ def carts(image: np.ndarray) -> int:
 
 
 def test_record_video_writes_a_video_of_real_frames(tmp_path):
-    env = MjxVectorEnv("cartpole_balance", 4, render_mode="rgb_array", render_size=SIZE, seed=1)
+    env = MjxVectorEnv(
+        "cartpole_balance", 4, render_mode="rgb_array", render_size=SIZE, seed=1, impl=IMPL
+    )
     rec = RecordVideo(
         env,
         str(tmp_path / "videos"),
@@ -96,16 +104,16 @@ def test_record_video_writes_a_video_of_real_frames(tmp_path):
 
 def test_render_options_are_checked():
     with pytest.raises(ValueError, match="render_mode"):
-        MjxVectorEnv("cartpole_balance", 2, render_mode="human")
+        MjxVectorEnv("cartpole_balance", 2, render_mode="human", impl=IMPL)
     with pytest.raises(ValueError, match=r"render_worlds must lie in \[0, 2\)"):
-        MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", render_worlds=[5])
+        MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", render_worlds=[5], impl=IMPL)
     with pytest.raises(ValueError, match="render_worlds"):
-        MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", render_worlds=[])
+        MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", render_worlds=[], impl=IMPL)
     with pytest.raises(ValueError, match="width must be >= 1"):
-        MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", render_size=(0, 10))
+        MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", render_size=(0, 10), impl=IMPL)
     with pytest.raises(ValueError, match="camera"):
-        MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", camera="nope")
-    plain = MjxVectorEnv("cartpole_balance", 2)
+        MjxVectorEnv("cartpole_balance", 2, render_mode="rgb_array", camera="nope", impl=IMPL)
+    plain = MjxVectorEnv("cartpole_balance", 2, impl=IMPL)
     plain.reset(seed=0)
     assert plain.render() is None
     assert plain.metadata["render_fps"] == 100  # the cartpole's 0.01 s control step

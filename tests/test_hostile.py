@@ -1,6 +1,8 @@
 """Hostile input: each public call either behaves or refuses with a clear
 ValueError/TypeError before changing anything; never an error from inside JAX or
-MuJoCo, never a corrupted runner. One runner for the module; no example compiles."""
+MuJoCo, never a corrupted runner. One runner for the module; no example compiles.
+Runners are on impl "c" (MuJoCo's C engine: the physics does not compile), since what
+is checked here happens before and around the physics."""
 
 import contextlib
 import os
@@ -18,6 +20,7 @@ from mjxrunner.engine import models
 
 N, NU = 4, 3
 F32_MAX = float(np.finfo(np.float32).max)
+IMPL = "c"  # the checks, not the physics: see the module docstring
 
 # Example counts and the rest come from the hypothesis profile (tests/conftest.py).
 SETTINGS = settings()
@@ -25,7 +28,7 @@ SETTINGS = settings()
 
 @pytest.fixture(scope="module")
 def runner(slider3):
-    r = MultiEnvRunner(slider3, N, seed=1)
+    r = MultiEnvRunner(slider3, N, seed=1, impl=IMPL)
     r.step()  # compile the plain step once, outside the examples
     r.step(dt=0.02)
     r.reset(np.ones(N, bool))
@@ -341,7 +344,7 @@ def in_dir(path):
 )
 def test_constructor_refuses_bad_model_sources(source, error, match):
     with pytest.raises(error, match=match):
-        MultiEnvRunner(source, 2)
+        MultiEnvRunner(source, 2, impl=IMPL)
 
 
 # --- includes -------------------------------------------------------------------------
@@ -366,7 +369,7 @@ def test_includes_resolve_next_to_the_model_file(tmp_path, monkeypatch):
     for source in (model_dir / "main.xml", str(model_dir / "main.xml"), "../model/main.xml"):
         m = models.load_any(source)
         assert m.body(1).name == "sibling"
-    r = MultiEnvRunner(model_dir / "main.xml", 2)
+    r = MultiEnvRunner(model_dir / "main.xml", 2, impl=IMPL)
     assert r.mj_model.body(1).name == "sibling"
 
 
@@ -376,7 +379,7 @@ def test_mjcf_text_includes_only_absolute_paths(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"relative path.*working directory"):
         models.load_any(MAIN.format("hand.xml"))
     with pytest.raises(ValueError, match="relative path"):
-        MultiEnvRunner(MAIN.format("./hand.xml"), 2)
+        MultiEnvRunner(MAIN.format("./hand.xml"), 2, impl=IMPL)
     m = models.load_any(MAIN.format(tmp_path / "hand.xml"))
     assert m.body(1).name == "absolute"
     # an absolute include whose own include is relative is refused too

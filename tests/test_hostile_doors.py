@@ -3,7 +3,9 @@ groups through the torch door, GroupRunner), as tests/test_hostile.py does for t
 public call either behaves or refuses with a ValueError/TypeError naming its
 argument, and a refused call leaves every leaf of the door's state and env as it
 was. A NaN/Inf action truncates exactly its worlds. The doors are built and warmed
-up once for the module (the smallest task, 4 worlds): no example compiles."""
+up once for the module (the smallest task, 4 worlds): no example compiles. They run
+on impl "c" (MuJoCo's C engine: the physics does not compile), since what is checked
+here happens before and around the physics."""
 
 import hypothesis.extra.numpy as hnp
 import jax
@@ -37,6 +39,7 @@ N, NU = 4, 1
 TASK = tasks.get("cartpole_balance")
 MAX = TASK.max_episode_steps
 SETTINGS = settings()  # the hypothesis profile's (tests/conftest.py)
+IMPL = "c"  # the doors' checks, not the physics: see the module docstring
 
 
 def host(x):
@@ -63,10 +66,11 @@ def warm(door):
 
 @pytest.fixture(scope="module")
 def doors():
-    torch_door = warm(TorchVecEnv(TASK, N, seed=1))
+    torch_door = warm(TorchVecEnv(TASK, N, seed=1, impl=IMPL))
     # A GroupEnv behind the same door: the groups' worlds stepped as one.
-    group = warm(TorchVecEnv(TASK, N, seed=1, groups=[("cartpole", 2), ("cartpole", 2)]))
-    rsl = RslRlVecEnv(TASK, N, seed=1)  # the torch door's compiled step
+    group = warm(TorchVecEnv(TASK, N, seed=1, groups=[("cartpole", 2), ("cartpole", 2)], impl=IMPL))
+    # its own compiled step: an impl "c" env's host model compares by identity
+    rsl = RslRlVecEnv(TASK, N, seed=1, impl=IMPL)
     rsl.get_observations()
     rsl.step(torch.zeros(N, NU))
     return {"torch": torch_door, "group": group, "rsl": rsl}
@@ -79,7 +83,7 @@ def door_state(d):
 
 @pytest.fixture(scope="module")
 def brax():
-    env = BraxEnv(TASK)
+    env = BraxEnv(TASK, impl=IMPL)
     keys = jax.random.key_data(jax.random.split(jax.random.key(0), N))
     step = jax.jit(env.step)
     state = step(jax.jit(env.reset)(keys), jnp.zeros((N, NU)))
@@ -88,7 +92,7 @@ def brax():
 
 @pytest.fixture(scope="module")
 def group_runner(slider3):
-    r = GroupRunner([(slider3, 2), (slider3, 2)], seed=1)
+    r = GroupRunner([(slider3, 2), (slider3, 2)], seed=1, impl=IMPL)
     r.step()
     r.step(dt=0.02)
     r.reset(np.ones(N, bool))
@@ -251,7 +255,7 @@ def test_episode_lengths(doors, name, values):
 
 @pytest.fixture(scope="module")
 def gym_door():
-    v = MjxVectorEnv(TASK, N, seed=1)
+    v = MjxVectorEnv(TASK, N, seed=1, impl=IMPL)
     v.reset(seed=1)
     v.step(np.zeros((N, NU), np.float32))
     v.reset(options={"reset_mask": np.ones(N, bool)})

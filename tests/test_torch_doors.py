@@ -5,6 +5,10 @@ Each door must give the numbers of the functional env (same seed, same actions),
 no data where DLPack allows it, refuse bad input without changing the state, and
 compile nothing after warm-up. Trainers actually learning through them is
 test_trainers.py.
+
+Every door runs on impl "c" (MuJoCo's C engine: the physics does not compile, and it
+is not what these tests are about), but for the test that two doors share one
+compiled step, which holds on impl "jax" only.
 """
 
 import jax
@@ -26,6 +30,7 @@ from mjxrunner.rl import env as E
 N = 8
 STEPS = 30
 TASK = tasks.get("cartpole_balance").replace(max_episode_steps=12)  # ends within 30 steps
+IMPL = "c"  # the doors, not the physics: see the module docstring
 
 
 def same_floats(ours, theirs) -> None:
@@ -43,7 +48,7 @@ def actions(t: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def reference():
     """Host states of the functional env in same-step mode: reset, then each step."""
-    env = E.make(TASK, N, autoreset="same_step")
+    env = E.make(TASK, N, autoreset="same_step", impl=IMPL)
     s = E.jit_reset(env, jax.random.key(3))
     out = [jax.device_get(s)]
     for t in range(STEPS):
@@ -54,7 +59,7 @@ def reference():
 
 @pytest.fixture(scope="module")
 def door():
-    return TorchVecEnv(TASK, N, seed=3)
+    return TorchVecEnv(TASK, N, seed=3, impl=IMPL)
 
 
 def state_leaves(door):
@@ -124,11 +129,11 @@ def test_bad_actions_are_refused_and_change_nothing(door):
         np.testing.assert_array_equal(x, y)
     door.step(torch.zeros(N, 1, dtype=torch.float64))  # converted, not refused
     with pytest.raises(ValueError, match="same step"):
-        TorchVecEnv(TASK, N, autoreset="next_step")
+        TorchVecEnv(TASK, N, autoreset="next_step", impl=IMPL)
     with pytest.raises(ValueError, match="one device"):
-        TorchVecEnv(TASK, N, devices=2)
+        TorchVecEnv(TASK, N, devices=2, impl=IMPL)
     with pytest.raises(RuntimeError, match="reset"):
-        TorchVecEnv(TASK, N).step(torch.zeros(N, 1))
+        TorchVecEnv(TASK, N, impl=IMPL).step(torch.zeros(N, 1))
 
 
 def test_writes_into_handed_out_tensors_never_reach_the_state(door):
@@ -183,14 +188,18 @@ def test_no_compiles_after_warm_up(door):
     assert compiles.count == 0
 
 
-def test_doors_share_one_compiled_step(door):
+def test_doors_share_one_compiled_step():
     """The Gymnasium and torch doors of one task and size step the same packed
-    buffers with the same outputs: one executable between them."""
+    buffers with the same outputs: one executable between them.
+
+    The module's one pair of impl "jax" doors: an impl "c" env's host model
+    (``native.Host``) compares by identity, so there each env compiles its own step."""
     from mjxrunner.doors.gym import MjxVectorEnv
 
+    door = TorchVecEnv(TASK, N, impl="jax")
     door.reset(seed=0)
-    door.step(torch.zeros(N, 1))  # compiled here (or earlier in this module)
-    gym = MjxVectorEnv(TASK, N, autoreset_mode="SameStep", seed=0)
+    door.step(torch.zeros(N, 1))  # compiled here
+    gym = MjxVectorEnv(TASK, N, autoreset_mode="SameStep", seed=0, impl="jax")
     with CompileCounter() as compiles:
         gym.reset(seed=0)  # the reset and the packing of its state are compiled here
         before = compiles.count
@@ -223,7 +232,7 @@ def test_a_raise_guard_keeps_the_state_of_before_the_step():
     """With a ``"raise"`` guard nothing is donated: the failed step leaves the
     state of before it."""
     far = guards.Guard("far", detect=cart_off_centre, policy="raise")
-    door = TorchVecEnv(TASK, N, guards=[far])
+    door = TorchVecEnv(TASK, N, guards=[far], impl=IMPL)
     door.reset(seed=0)
     stepped = 0
     with pytest.raises(guards.GuardError, match="far"):
@@ -238,7 +247,7 @@ def test_a_raise_guard_keeps_the_state_of_before_the_step():
 
 
 def test_rsl_rl_vec_env_interface(reference):
-    vec = RslRlVecEnv(TASK, N, seed=3)
+    vec = RslRlVecEnv(TASK, N, seed=3, impl=IMPL)
     assert isinstance(vec, VecEnv)
     assert (vec.num_envs, vec.num_actions, vec.max_episode_length) == (N, 1, 12)
     assert vec.device == torch.device("cpu") and vec.cfg["task"] == TASK.name
@@ -260,7 +269,7 @@ def test_rsl_rl_vec_env_interface(reference):
 
 
 def test_skrl_wraps_the_torch_door_with_its_own_wrapper(reference):
-    door = TorchVecEnv(TASK, N)
+    door = TorchVecEnv(TASK, N, impl=IMPL)
     env = wrap_env(door, wrapper="isaaclab", verbose=False)
     assert env.num_envs == N and env.device == torch.device("cpu")
     assert env.observation_space.shape == (5,) and env.action_space.shape == (1,)
@@ -278,8 +287,8 @@ def test_skrl_wraps_the_torch_door_with_its_own_wrapper(reference):
 
 
 def test_brax_env_steps_like_the_functional_env_with_brax_bookkeeping(reference):
-    env = BraxEnv(TASK)
-    assert (env.observation_size, env.action_size, env.backend) == (5, 1, "mjx-jax")
+    env = BraxEnv(TASK, impl=IMPL)
+    assert (env.observation_size, env.action_size, env.backend) == (5, 1, f"mjx-{IMPL}")
     keys = jax.random.key_data(jax.random.split(jax.random.key(3), N))
     reset, step = jax.jit(env.reset), jax.jit(env.step)
     state = reset(keys)
@@ -304,11 +313,11 @@ def test_brax_env_steps_like_the_functional_env_with_brax_bookkeeping(reference)
     with pytest.raises(ValueError, match="one key per world"):
         env.reset(keys[0])
     with pytest.raises(ValueError, match="splits the batch over devices itself"):
-        BraxEnv(TASK, devices=2)
+        BraxEnv(TASK, devices=2, impl=IMPL)
 
 
 def test_brax_env_refuses_what_env_step_refuses():
-    env = BraxEnv(TASK)
+    env = BraxEnv(TASK, impl=IMPL)
     keys = jax.random.key_data(jax.random.split(jax.random.key(0), 2))
     state = env.reset(keys)
     with pytest.raises(TypeError, match="action must be real numbers, got dtype bool"):
@@ -318,12 +327,12 @@ def test_brax_env_refuses_what_env_step_refuses():
     with pytest.raises(TypeError, match="state must be the brax State"):
         env.step(None, jnp.zeros((2, 1)))  # AttributeError
     with pytest.raises(ValueError, match="num_envs="):
-        BraxEnv(TASK, num_envs=4)  # make() got multiple values for argument 'num_envs'
+        BraxEnv(TASK, num_envs=4, impl=IMPL)  # make() got multiple values for argument 'num_envs'
 
 
 def test_brax_actions_in_minus_one_one_span_the_ctrlrange():
     pendulum = tasks.get("pendulum_swingup")  # ctrlrange [-2, 2]
-    env = BraxEnv(pendulum)
+    env = BraxEnv(pendulum, impl=IMPL)
     keys = jax.random.key_data(jax.random.split(jax.random.key(0), 2))
     state = env.step(env.reset(keys), jnp.array([[1.0], [-0.5]]))
     np.testing.assert_allclose(state.pipeline_state.runner.ctrl, [[2.0], [-1.0]])
