@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             device=device,
             progress=not args.no_progress,
         )
-        # This process's own arguments: a child's name its model and every option.
+        # This process's own arguments (a child's include its model and every option).
         report["command"] = " ".join(
             ["python -m benchmarks.run", *(sys.argv[1:] if argv is None else argv)]
         )

@@ -135,6 +135,25 @@ def check_settable(model: mjx.Model, path: str) -> jax.Array:
     return leaf
 
 
+_FRAME = mujoco.mjtSameFrame
+# Offsets MuJoCo C skips: field -> (its same-frame flags, the flag values that skip
+# it, what the rows are, why).
+SAME_FRAMES = {
+    "body_ipos": (
+        "body_sameframe",
+        (_FRAME.mjSAMEFRAME_BODY,),
+        "bodies",
+        "their inertial frame was compiled as the body frame (body_sameframe)",
+    ),
+    "geom_pos": (
+        "geom_sameframe",
+        (_FRAME.mjSAMEFRAME_BODY, _FRAME.mjSAMEFRAME_INERTIA),
+        "geoms",
+        "their frame was compiled as their body's or its inertial frame (geom_sameframe)",
+    ),
+}
+
+
 def check_same_frames(model: mjx.Model, path: str, *values: np.ndarray) -> None:
     """Refuses new frame offsets that MuJoCo C would skip, where MJX would not.
 
@@ -144,20 +163,10 @@ def check_same_frames(model: mjx.Model, path: str, *values: np.ndarray) -> None:
     and a geom compiled at its body's or inertial frame (``geom_pos``). ``values``:
     arrays of ``(..., n, 3)`` that may be written (shared or per world).
     """
-    frame = mujoco.mjtSameFrame
-    if path == "body_ipos":
-        same = np.asarray(model.body_sameframe) == frame.mjSAMEFRAME_BODY
-        what = "bodies", "their inertial frame was compiled as the body frame (body_sameframe)"
-    elif path == "geom_pos":
-        same = np.isin(
-            np.asarray(model.geom_sameframe), [frame.mjSAMEFRAME_BODY, frame.mjSAMEFRAME_INERTIA]
-        )
-        what = (
-            "geoms",
-            "their frame was compiled as their body's or its inertial frame (geom_sameframe)",
-        )
-    else:
+    if path not in SAME_FRAMES:
         return
+    flags, skipped, rows, why = SAME_FRAMES[path]
+    same = np.isin(np.asarray(getattr(model, flags)), skipped)
     base = np.asarray(get_leaf(model, path))
     changed = np.zeros(base.shape[-2], bool)
     for v in values:
@@ -166,7 +175,7 @@ def check_same_frames(model: mjx.Model, path: str, *values: np.ndarray) -> None:
     bad = np.flatnonzero(same & changed)
     if bad.size:
         raise ValueError(
-            f"{path!r} of {what[0]} {bad.tolist()} cannot change: {what[1]}, which "
+            f"{path!r} of {rows} {bad.tolist()} cannot change: {why}, which "
             "MuJoCo keeps. Give them a nonzero offset in the model, or leave them out "
             "(index=)"
         )
