@@ -3,11 +3,10 @@ mismatches, old formats.
 
 What a checkpoint holds and how it is checked is the same for every impl, so the
 stepped runner here runs on impl "c" (:data:`IMPL`: MuJoCo's C step, no physics
-compiled). Three parts stay on impl "jax" (and so save and read back MJX's data):
-the runner split over two devices (impl "c" spreads worlds over threads), and,
-because on impl "c" each runner's and env's host model is a static value of its own,
-``restore`` into another runner (refused there as a structurally different model)
-and the envs (a loaded env's tree structure differs from the saved one's)."""
+compiled). Two parts stay on impl "jax" (and so save and read back MJX's data): the
+runner split over two devices (impl "c" spreads worlds over threads), and the envs,
+whose checks restart worlds on NaN actions (MuJoCo C zeroes a NaN control instead of
+stepping it)."""
 
 import dataclasses
 import json
@@ -107,16 +106,15 @@ def test_restored_runner_continues_bit_for_bit(runner, tmp_path):
 
 
 def test_restore_in_place_and_its_refusals(tmp_path, slider3):
-    # On impl "jax", not stepped (see the module docstring).
-    runner = configured(MultiEnvRunner(slider3, N, seed=5, max_qvel=1e6, impl="jax"))
+    runner = configured(MultiEnvRunner(slider3, N, seed=5, max_qvel=1e6, impl=IMPL))
     path = tmp_path / "a.ckpt"
     runner.save(path)
     saved = everything(runner)
-    other = MultiEnvRunner(slider3, N, seed=99, impl="jax")
+    other = MultiEnvRunner(slider3, N, seed=99, impl=IMPL)
     other.restore(path)
     assert_same(saved, everything(other))
 
-    small = MultiEnvRunner(slider3, 2, impl="jax")
+    small = MultiEnvRunner(slider3, 2, impl=IMPL)
     before = everything(small)
     with pytest.raises(CheckpointError, match="num_envs=4, expected num_envs=2"):
         small.restore(path)
@@ -125,7 +123,7 @@ def test_restore_in_place_and_its_refusals(tmp_path, slider3):
         MultiEnvRunner.load(path, num_envs=8)
     with pytest.raises(CheckpointError, match=r"structurally different.*nq 3 != 1"):
         MultiEnvRunner.load(path, model="pendulum")
-    pendulum = MultiEnvRunner("pendulum", N, impl="jax")
+    pendulum = MultiEnvRunner("pendulum", N, impl=IMPL)
     before = everything(pendulum)
     with pytest.raises(CheckpointError, match="structurally different"):
         pendulum.restore(path)

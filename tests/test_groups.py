@@ -282,8 +282,7 @@ def test_render_and_layout_use_global_ids(runners):
 def envs():
     """The env over two groups and the two homogeneous envs it must equal, on impl
     "jax": on impl "c" (at the suite's XLA optimization level 0) the second group's
-    restarts differ from its homogeneous env's in the last bits, and a loaded env
-    compiles its step again (each host model is a static value of its own)."""
+    restarts differ from its homogeneous env's in the last bits."""
     group = E.make(TASK, N, groups=GROUPS, autoreset="same_step", normalize_obs=True, impl="jax")
     alone = [E.make(TASK, n, model=scene, impl="jax") for scene, n in GROUPS]
     return group, alone

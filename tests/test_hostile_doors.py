@@ -69,7 +69,6 @@ def doors():
     torch_door = warm(TorchVecEnv(TASK, N, seed=1, impl=IMPL))
     # A GroupEnv behind the same door: the groups' worlds stepped as one.
     group = warm(TorchVecEnv(TASK, N, seed=1, groups=[("cartpole", 2), ("cartpole", 2)], impl=IMPL))
-    # its own compiled step: an impl "c" env's host model compares by identity
     rsl = RslRlVecEnv(TASK, N, seed=1, impl=IMPL)
     rsl.get_observations()
     rsl.step(torch.zeros(N, NU))

@@ -104,6 +104,36 @@ def test_runner_equals_native_step_bit_for_bit(scene):
     np.testing.assert_array_equal(r.contact_count(), [d.ncon for d in ref.datas])
 
 
+def test_runners_of_one_model_share_a_host_and_never_mix_worlds():
+    """Two runners of equal models share one host (so one compiled step), and
+    stepping them in turn, one with per-world masses and its own resets, leaves each
+    equal to its own native reference."""
+    m = models.load("hopper")
+    a = MultiEnvRunner(m, N, impl="c", seed=0)
+    b = MultiEnvRunner(models.load("hopper"), N, impl="c", seed=1)
+    host = lambda r: r._eng.default_model.tree._impl.host  # noqa: E731
+    assert host(a) is host(b)
+    refs = {id(r): Reference(m, exact(r.data)) for r in (a, b)}
+    mass = np.asarray(a.param("body_mass")) * np.float32(1.5)
+    a.set_param("body_mass", mass, env_ids=[1])
+    changed = mass != m.body_mass.astype(np.float32)
+    ref = refs[id(a)].models[1]
+    ref.body_mass[:] = np.where(changed, mass, m.body_mass)
+    mujoco.mj_setConst(ref, mujoco.MjData(ref))
+    rng = np.random.default_rng(2)
+    for k in range(150):
+        for r in (a, b) if k % 3 else (b, a):
+            if k == 70 and r is b:
+                r.reset(np.arange(N) == 1)
+                refs[id(r)].reset(1, params=True)
+            u = controls(m, rng, N)
+            r.set_actions(u)
+            r.step()
+            refs[id(r)].step(u)
+    for r in (a, b):
+        np.testing.assert_array_equal(exact(r.data), refs[id(r)].states())
+
+
 @pytest.fixture(scope="module")
 def hopper():
     return MultiEnvRunner("hopper", N, impl="c", seed=1)

@@ -1,7 +1,7 @@
 """Impl "c"'s host call through the C++ FFI handler equals the pure_callback path.
 
 Both paths step the same worlds (one runner each, the path chosen by
-``MJXRUNNER_HOST_CALL`` when the runner's host model makes its first call): their
+``MJXRUNNER_HOST_CALL`` when the runner is built): their
 exact states and every data field must agree bit for bit, through masked resets,
 per-world parameters (one of them an input of ``mj_setConst``), and with native
 ``mj_step`` on float64 state. A compiler that fails leaves the pure_callback path.
@@ -32,8 +32,8 @@ def runner(scene, path: str, monkeypatch, n: int = N) -> MultiEnvRunner:
     monkeypatch.setenv(native_ffi.MODE_ENV, path)
     r = MultiEnvRunner(scene, n, impl="c", seed=3)
     r.start = exact(r.data)  # where a reset takes a world
-    r.step()  # the host's first call fixes its path
-    assert native_ffi.serves(host_of(r)) == (path == "ffi")
+    r.step()
+    assert host_of(r).ffi == (path == "ffi")
     assert r.backend_info["host_call"] == path
     return r
 

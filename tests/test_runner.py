@@ -1,10 +1,9 @@
 """MultiEnvRunner: construction, validation, double buffering, resets, layout.
 
 What is checked here is the runner's own, the same for every impl, so the runners run
-on impl "c" (:data:`IMPL`: MuJoCo's C step, no physics compiled). Two checks stay on
-impl "jax": the model features MJX cannot run, and runners of one model sharing
-compiled functions (on impl "c" each runner's host model is a static value of its
-own, so each runner compiles its own)."""
+on impl "c" (:data:`IMPL`: MuJoCo's C step, no physics compiled). The model features
+MJX cannot run are checked on impl "jax", and runners of one model sharing compiled
+functions on both."""
 
 import jax
 import mujoco
@@ -14,7 +13,7 @@ import pytest
 from mjxrunner import CompileCounter, MultiEnvRunner
 from mjxrunner.engine import models
 
-IMPL = "c"  # the impl of the runners here but the two checks named above
+IMPL = "c"  # the impl of the runners here but the checks named above
 N = 4
 
 
@@ -273,14 +272,16 @@ def test_zero_recompiles_after_warmup(fresh):
     assert c.count == 0
 
 
-def test_runners_of_one_model_share_compiled_steps():
+@pytest.mark.parametrize("impl", ["jax", "c"])
+def test_runners_of_one_model_share_compiled_steps(impl):
     # The runner passes its model as leaves plus an interned treedef (see
     # runner._Treedef); a second runner of an equal model must still hit the
-    # compiled step and reset of the first. On impl "jax" (see the module docstring).
-    first = MultiEnvRunner("cartpole", N, seed=3, impl="jax")
+    # compiled step and reset of the first. On impl "c" the host model is static:
+    # runners of equal models (not the same object) must share it.
+    first = MultiEnvRunner(models.load("cartpole"), N, seed=3, impl=impl)
     first.step()
     first.reset(np.arange(N) < 2)
-    other = MultiEnvRunner("cartpole", N, seed=4, impl="jax")
+    other = MultiEnvRunner(models.load("cartpole"), N, seed=4, impl=impl)
     with CompileCounter() as c:
         other.step()
         other.reset(np.arange(N) < 2)

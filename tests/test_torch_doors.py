@@ -7,8 +7,7 @@ compile nothing after warm-up. Trainers actually learning through them is
 test_trainers.py.
 
 Every door runs on impl "c" (MuJoCo's C engine: the physics does not compile, and it
-is not what these tests are about), but for the test that two doors share one
-compiled step, which holds on impl "jax" only.
+is not what these tests are about).
 """
 
 import jax
@@ -190,16 +189,14 @@ def test_no_compiles_after_warm_up(door):
 
 def test_doors_share_one_compiled_step():
     """The Gymnasium and torch doors of one task and size step the same packed
-    buffers with the same outputs: one executable between them.
-
-    The module's one pair of impl "jax" doors: an impl "c" env's host model
-    (``native.Host``) compares by identity, so there each env compiles its own step."""
+    buffers with the same outputs: one executable between them (on impl "c", envs
+    of one model share its host model)."""
     from mjxrunner.doors.gym import MjxVectorEnv
 
-    door = TorchVecEnv(TASK, N, impl="jax")
+    door = TorchVecEnv(TASK, N, impl=IMPL)
     door.reset(seed=0)
     door.step(torch.zeros(N, 1))  # compiled here
-    gym = MjxVectorEnv(TASK, N, autoreset_mode="SameStep", seed=0, impl="jax")
+    gym = MjxVectorEnv(TASK, N, autoreset_mode="SameStep", seed=0, impl=IMPL)
     with CompileCounter() as compiles:
         gym.reset(seed=0)  # the reset and the packing of its state are compiled here
         before = compiles.count

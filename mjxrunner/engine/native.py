@@ -30,10 +30,12 @@ pools. ``qfrc_inverse`` is kept as it was (a step does not compute it).
 
 # No ``from __future__ import annotations``: MJX's dataclasses tell array fields
 # from static ones by their annotation being ``jax.Array`` itself.
+import copy
 import dataclasses
 import functools
 import os
 import threading
+import weakref
 from typing import Any
 
 import jax
@@ -45,6 +47,7 @@ from mujoco import mjx
 from mujoco.mjx._src.dataclasses import PyTreeNode
 
 from mjxrunner.engine import native_ffi  # the C++ handler of the host call
+from mjxrunner.engine.models import HostModel
 
 # mjx.Data fields that are components of each world's exact state row.
 STATE_FIELDS = (
@@ -183,7 +186,8 @@ class DataC(PyTreeNode):
 
 
 class ModelC(PyTreeNode):
-    """The host side of an impl "c" model: static, compared by identity."""
+    """The host side of an impl "c" model: static. Hosts are shared by models of
+    equal content (see :meth:`Host.of`), so identity is equality."""
 
     host: Any  # Host
 
@@ -240,7 +244,7 @@ def put_model(m: mujoco.MjModel, device: jax.Device, num_threads: int) -> Model:
     per-world parameters' home), and the host that steps the worlds."""
     template = mjx.put_model(m, impl="cpp", device=device)
     fields = {f.name: getattr(template, f.name) for f in dataclasses.fields(mjx.Model)}
-    fields["_impl"] = ModelC(host=Host(m, num_threads))
+    fields["_impl"] = ModelC(host=Host.of(m, num_threads))
     return Model(**fields)
 
 
@@ -299,17 +303,39 @@ class Host:
     slots, ...), made on first use. Calls are serialized by a lock: XLA may run
     two callbacks at once, and a batch serves one call at a time.
 
+    Made by :meth:`of`, which gives every model of equal content (and threads and
+    call path) the same host: a host is static in the compiled functions, so two
+    runners, envs or doors of one model share their compiled programs, and a
+    checkpoint's model is the same as its runner's. Sharing a batch cannot mix
+    worlds: each call writes the whole state row of every world and every model
+    field the batch holds per world, and reads back what it stepped.
+
     Attributes:
-      model: the host model (never written: per-world values go to the batches).
+      model: a copy of the host model (never written: per-world values go to the
+        batches; a copy, so that a user's later edit of theirs changes nothing).
       num_threads: threads of each batch, the caller's included.
+      ffi: whether calls go through the FFI handler (else ``jax.pure_callback``),
+        chosen when the host is made and kept.
       fields: ``(name, size)`` of the data's state fields in the order of the state
         row, which the packed state fields follow.
       nstate: size of a state row.
     """
 
-    def __init__(self, m: mujoco.MjModel, num_threads: int):
+    @classmethod
+    def of(cls, m: mujoco.MjModel, num_threads: int) -> "Host":
+        """The host of ``m``'s content on ``num_threads`` threads, made once."""
+        ffi = native_ffi.choose()
+        key = (HostModel.of(m).digest, int(num_threads), ffi)
+        with _hosts_lock:
+            host = _hosts.get(key)
+            if host is None:
+                host = _hosts[key] = cls(copy.copy(m), num_threads, ffi)
+            return host
+
+    def __init__(self, m: mujoco.MjModel, num_threads: int, ffi: bool = False):
         self.model = m
         self.num_threads = num_threads
+        self.ffi = ffi
         self._lock = threading.Lock()
         self._sims: dict[int, Any] = {}
         probe = mjbatch.Batch(m, 1, 1)
@@ -341,6 +367,10 @@ class Host:
         seen = np.concatenate([np.asarray(f).reshape(n, -1) for f in fields], axis=1)
         with self._lock:
             return self.sim(n).run(call, state, seen, shared, per_world)
+
+
+_hosts: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # key -> Host
+_hosts_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -540,7 +570,7 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         *(jax.ShapeDtypeStruct((n, size), floats) for _, size in named),
     )
     operands = (data._impl.state, pack(shared, (1,)), pack(per_world, (n,)))
-    if native_ffi.serves(host):
+    if host.ffi:
         bits, flags, *results = native_ffi.call(
             host, call, shapes, *operands, fields, SETCONST_FIELDS
         )

@@ -17,7 +17,8 @@ Environment variables:
 
 * ``MJXRUNNER_HOST_CALL``: ``"auto"`` (default: the FFI where it builds),
   ``"pure_callback"`` (never the FFI) or ``"ffi"`` (the FFI or an error). It is
-  read when a host model makes its first call; that host keeps its path.
+  read when a host model is made (a runner, env or door is built); that host
+  keeps its path.
 * ``MJXRUNNER_CXX``: the compiler (default ``$CXX``, else ``c++``), split like a
   shell word list.
 * ``MJXRUNNER_CACHE_DIR``: the cache folder (default ``$XDG_CACHE_HOME/mjxrunner``
@@ -64,7 +65,6 @@ _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _failure: str | None = None  # why the library is not available, once known
 _tokens: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Host -> token
-_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Host -> uses the FFI
 _counter = itertools.count(1)
 
 
@@ -205,7 +205,7 @@ def failure() -> str | None:
 
 
 def host_call() -> str:
-    """The path a host model making its first call now gets: ``"ffi"`` or
+    """The path a host model made now gets: ``"ffi"`` or
     ``"pure_callback"`` (builds the library if it was not tried yet)."""
     asked = mode()
     if asked == "pure_callback":
@@ -216,15 +216,14 @@ def host_call() -> str:
 # --- calling -----------------------------------------------------------------------
 
 
-def serves(host: Any) -> bool:
-    """Whether ``host``'s calls go through the FFI handler; decided at its first
-    call and kept, so that one host never mixes the two paths."""
-    if host not in _paths:
-        path = host_call()
-        if mode() == "ffi" and path != "ffi":
-            raise RuntimeError(f"{MODE_ENV}=ffi, but the FFI handler is unavailable: {_failure}")
-        _paths[host] = path == "ffi"
-    return _paths[host]
+def choose() -> bool:
+    """Whether a host model made now calls through the FFI handler (else
+    ``jax.pure_callback``); the host keeps that path. Raises ``RuntimeError`` when
+    ``MJXRUNNER_HOST_CALL=ffi`` asks for a handler that is unavailable."""
+    path = host_call()
+    if mode() == "ffi" and path != "ffi":
+        raise RuntimeError(f"{MODE_ENV}=ffi, but the FFI handler is unavailable: {_failure}")
+    return path == "ffi"
 
 
 def _token(host: Any) -> int:
