@@ -172,3 +172,23 @@ def test_impl_c_steps_as_mujoco_with_the_new_frames():
         mujoco.mj_getState(mm, ds[i], want, mujoco.mjtState.mjSTATE_INTEGRATION)
         np.testing.assert_array_equal(exact[i], want, err_msg=f"world {i}")
     assert not np.allclose(exact[0], exact[1])
+
+
+def test_a_new_centre_of_mass_leaves_the_geoms_in_place_on_impl_c():
+    """The pole's geom was compiled at the pole's inertial frame, which MuJoCo C
+    copies to the geom while the flag (``geom_sameframe``) holds; MJX places it by
+    its own offset. A world given a new ``body_ipos`` is set up again by
+    ``mj_setConst``, which recomputes the flag (the rotation alone stays shared), so
+    there too the centre of mass moves and the geom stays, as on MJX."""
+    m = models.load("cartpole")
+    pole_geom = int(np.flatnonzero(m.geom_bodyid == POLE)[0])
+    assert m.geom_sameframe[pole_geom] == mujoco.mjtSameFrame.mjSAMEFRAME_INERTIA
+    r = MultiEnvRunner(m, 2, impl="c", num_threads=1, seed=0)
+    ipos = np.array(r.param("body_ipos"))
+    ipos[POLE] += np.float32(POLE_IPOS)
+    r.set_param("body_ipos", ipos, env_ids=[1])
+    states = r.get_state()
+    r.set_state(states[[0, 0]])  # both worlds at world 0's state, kinematics redone
+    xipos, geom_xpos = np.asarray(r.data.xipos), np.asarray(r.data.geom_xpos)
+    assert np.abs(xipos[1, POLE] - xipos[0, POLE]).max() > 0.005  # the com moved
+    np.testing.assert_array_equal(geom_xpos[1], geom_xpos[0])  # the geoms did not
