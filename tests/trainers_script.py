@@ -23,6 +23,9 @@ from mjxrunner.rl import env as E
 TASK = tasks.get("cartpole_balance").replace(max_episode_steps=200)
 NUM_ENVS = 64
 SEED = 0
+# The torch trainers step MuJoCo's C engine (their doors, not the physics, are tested);
+# Brax's trainers trace the env into their own programs, on MJX.
+IMPLS = {"rsl_rl": "c", "skrl": "c", "brax": "jax", "sac": "jax"}
 
 
 def mean_return(env: E.Env, act, key: int) -> float:
@@ -50,7 +53,7 @@ def rsl_rl() -> tuple[float, float]:
     from mjxrunner.doors.rsl_rl import RslRlVecEnv
 
     torch.manual_seed(SEED)
-    vec = RslRlVecEnv(TASK, NUM_ENVS, seed=SEED)
+    vec = RslRlVecEnv(TASK, NUM_ENVS, seed=SEED, impl=IMPLS["rsl_rl"])
     mlp = {"class_name": "MLPModel", "hidden_dims": [64, 64], "activation": "elu"}
     cfg = {
         "num_steps_per_env": 32,
@@ -95,7 +98,8 @@ def skrl() -> tuple[float, float]:
     from mjxrunner.doors.torch import TorchVecEnv
 
     torch.manual_seed(SEED)
-    env = wrap_env(TorchVecEnv(TASK, NUM_ENVS, seed=SEED), wrapper="isaaclab", verbose=False)
+    door = TorchVecEnv(TASK, NUM_ENVS, seed=SEED, impl=IMPLS["skrl"])
+    env = wrap_env(door, wrapper="isaaclab", verbose=False)
 
     def mlp(n_in: int, n_out: int) -> torch.nn.Module:
         return torch.nn.Sequential(
@@ -228,7 +232,7 @@ if __name__ == "__main__":
     trainer, out = sys.argv[1], Path(sys.argv[2]).resolve()
     os.chdir(out)  # whatever a trainer writes (logs, checkpoints) lands in the job's folder
     trained, seconds = {"rsl_rl": rsl_rl, "skrl": skrl, "brax": brax, "sac": sac}[trainer]()
-    baseline = random_return(E.make(TASK, NUM_ENVS))
+    baseline = random_return(E.make(TASK, NUM_ENVS, impl=IMPLS[trainer]))
     result = {"trainer": trainer, "random": baseline, "trained": trained, "seconds": seconds}
     (out / "result.json").write_text(json.dumps(result))
     print(json.dumps(result))
