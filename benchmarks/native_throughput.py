@@ -15,7 +15,11 @@ run with ``substeps=1``), on ``--threads`` threads:
 * ``mjx``: ``jit(vmap(scan(mjx.step)))`` on MJX impl ``"jax"`` (float32), fewer steps
   per call (it is slow on CPU);
 * ``rollout_1``: ``mujoco.rollout`` once per step (``nstep=1``) from a Python loop;
-* ``rollout_100``: ``mujoco.rollout`` over 100 steps in one call (``nstep=100``).
+* ``rollout_100``: ``mujoco.rollout`` over 100 steps in one call (``nstep=100``);
+* ``batch_1``: ``mujoco.batch.Batch.step()`` once per step from a Python loop, the
+  controls written into its state rows: MuJoCo's own batched step on the exact
+  state (warm start included), with nothing around it. The floor of any API that
+  returns to Python after every step, as the runner's step loop and the doors do.
 
 Rates are medians of ``--rounds`` interleaved rounds (each round calls every variant
 once, from its start state restored untimed), so a change of load on a shared
@@ -59,7 +63,7 @@ SIZES = (256, 1024)
 STEPS = 100  # env steps per timed call (and rollout_100's nstep)
 MJX_STEPS = {"cartpole": 100, "hopper": 20, "ant": 10, "humanoid": 10}
 ROLLOUT_REFS = ("rollout_100", "rollout_1")
-VARIANTS = ("step_loop", "rollout", "env", "gym", "mjx", "rollout_1", "rollout_100")
+VARIANTS = ("step_loop", "rollout", "env", "gym", "mjx", "rollout_1", "rollout_100", "batch_1")
 PROBE_MODEL = "humanoid"  # the env whose compile time is reported
 ROOT = Path(__file__).resolve().parents[1]  # run as ``python -m benchmarks.native_throughput``
 
@@ -124,6 +128,8 @@ def prepare(name: str, model: str, num_envs: int, threads: int, seed: int) -> Ca
         return _env_case(w, threads)
     if name == "gym":
         return _gym_case(w, threads, np)
+    if name == "batch_1":
+        return _batch_case(w, threads, np)
     if name in ("step_loop", "rollout"):
         trial = getattr(bench_variants, f"_prepare_{name}")(w)
     elif name == "mjx":
@@ -164,6 +170,29 @@ def _gym_case(w, threads: int, np) -> Case:
             env.step(a)  # NumPy out: every step waits for its results
 
     return Case(run, w.n_steps, restore=lambda: env.reset(seed=w.seed), close=env.close)
+
+
+def _batch_case(w, threads: int, np) -> Case:
+    import mujoco
+    from mujoco import batch as mjbatch
+
+    b = mjbatch.Batch(w.mj_model, w.num_envs, threads)
+    start = np.empty(b.nstate)
+    mujoco.mj_getState(w.mj_model, w.mj_data, start, mujoco.mjtState.mjSTATE_INTEGRATION)
+    offset, size = b._component(mjbatch._STATE_FIELDS["ctrl"])
+    actions = [np.asarray(a, np.float64) for a in w.actions]
+
+    def run() -> None:
+        rows = b.state
+        for a in actions:
+            rows[:, offset : offset + size] = a
+            b.step()
+
+    def restore() -> None:
+        b.state[...] = start
+
+    restore()
+    return Case(run, w.n_steps, restore=restore)
 
 
 # --- measuring ------------------------------------------------------------------------
@@ -298,13 +327,14 @@ def markdown(record: dict) -> str:
         "`substeps=1`); random controls; `mjx` is MJX impl jax in float32, the rest "
         "step MuJoCo C in float64",
         "- `/r100`: ratio to `mujoco.rollout` over 100 steps per call; `/r1`: ratio "
-        "to `mujoco.rollout` called once per step",
+        "to `mujoco.rollout` called once per step; `/b1`: ratio to `mujoco.batch`'s "
+        "step called once per step (exact state, nothing around it)",
         "",
         "| model | worlds | step loop | rollout | env | gym | mjx | rollout_1 | rollout_100 "
-        "| step loop /r100 | rollout /r100 | env /r100 | gym /r100 | step loop /r1 "
-        "| gym /r1 | mjx /r100 | largest spread |",
+        "| batch_1 | step loop /r100 | rollout /r100 | env /r100 | gym /r100 | step loop /r1 "
+        "| gym /r1 | step loop /b1 | gym /b1 | mjx /r100 | largest spread |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: | ---: | ---: | ---: | ---: |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     failures = []
     for row in record["results"]:
@@ -318,7 +348,9 @@ def markdown(record: dict) -> str:
         cells = [row["model"], str(row["num_envs"])]
         cells += [_k(r(n)) for n in VARIANTS]
         cells += [_x(r(n), r100) for n in ("step_loop", "rollout", "env", "gym")]
-        cells += [_x(r("step_loop"), r1), _x(r("gym"), r1), _x(r("mjx"), r100)]
+        b1 = r("batch_1")
+        cells += [_x(r("step_loop"), r1), _x(r("gym"), r1)]
+        cells += [_x(r("step_loop"), b1), _x(r("gym"), b1), _x(r("mjx"), r100)]
         cells.append(f"{max(spreads):.0%}" if spreads else "-")
         lines.append("| " + " | ".join(cells) + " |")
         failures += [
