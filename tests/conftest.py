@@ -12,11 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
-# One OpenMP thread per process (torch's and BLAS's intra-op pools): make test runs a
-# worker per core, and two-thread torch pools then fight the other worker. SB3's
-# PPO test beside a busy core: 92 s with torch's default, 47 s with one thread.
-# Background jobs inherit it.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Two host devices, so the sharding tests run on this CPU; single-device runners use
 # the first one and are unaffected.
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
@@ -111,6 +106,17 @@ def slider_xml(nbody: int) -> str:
 def slider3() -> mujoco.MjModel:
     """3 slide joints, nbody == 4, nq == nv == nu == 3."""
     return mujoco.MjModel.from_xml_string(slider_xml(4))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """torch on one intra-op thread: make test runs a worker per core, and torch's
+    default pool then spins against the other worker (SB3's PPO test beside a busy
+    core: 92 s with the default, 47 s with one thread). Only torch: XLA's CPU
+    kernels ran test_ppo.py 17% slower with OMP_NUM_THREADS=1."""
+    if "torch" in sys.modules:  # imported by the test modules while collecting
+        sys.modules["torch"].set_num_threads(1)
+    yield
 
 
 @pytest.fixture(autouse=True, scope="module")

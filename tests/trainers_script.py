@@ -53,6 +53,7 @@ def rsl_rl() -> tuple[float, float]:
     from mjxrunner.doors.rsl_rl import RslRlVecEnv
 
     torch.manual_seed(SEED)
+    torch.set_num_threads(1)  # as in the suite (conftest): the other core is busy
     vec = RslRlVecEnv(TASK, NUM_ENVS, seed=SEED, impl=IMPLS["rsl_rl"])
     mlp = {"class_name": "MLPModel", "hidden_dims": [64, 64], "activation": "elu"}
     cfg = {
@@ -98,6 +99,7 @@ def skrl() -> tuple[float, float]:
     from mjxrunner.doors.torch import TorchVecEnv
 
     torch.manual_seed(SEED)
+    torch.set_num_threads(1)
     door = TorchVecEnv(TASK, NUM_ENVS, seed=SEED, impl=IMPLS["skrl"])
     env = wrap_env(door, wrapper="isaaclab", verbose=False)
 
