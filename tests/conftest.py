@@ -112,7 +112,7 @@ def slider3() -> mujoco.MjModel:
 def _one_torch_thread():
     """torch on one intra-op thread: make test runs a worker per core, and torch's
     default pool then spins against the other worker (SB3's PPO test beside a busy
-    core: 92 s with the default, 47 s with one thread). Only torch: XLA's CPU
+    core: 92 s with the default, 34 s with one thread). Only torch: XLA's CPU
     kernels ran test_ppo.py 17% slower with OMP_NUM_THREADS=1."""
     if "torch" in sys.modules:  # imported by the test modules while collecting
         sys.modules["torch"].set_num_threads(1)

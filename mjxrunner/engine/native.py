@@ -332,7 +332,7 @@ class Host:
                 host = _hosts[key] = cls(copy.copy(m), num_threads, ffi)
             return host
 
-    def __init__(self, m: mujoco.MjModel, num_threads: int, ffi: bool = False):
+    def __init__(self, m: mujoco.MjModel, num_threads: int, ffi: bool):
         self.model = m
         self.num_threads = num_threads
         self.ffi = ffi
