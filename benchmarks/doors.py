@@ -136,14 +136,15 @@ def calls(n: int) -> list[dict]:
     import torch
 
     from mjxrunner.doors import door
+    from mjxrunner.engine import packing
 
     env = E.make(TASK, n, autoreset="same_step")
     state = E.jit_reset(env, jax.random.key(0))
     action = jax.device_put(np.zeros((n, 1), np.float32))
     env_leaves, env_def = jax.tree.flatten(env)
     leaves, state_def = jax.tree.flatten(state)
-    env_layout, layout = door.Layout.of(env), door.Layout.of(state)
-    env_buffers = door.packer(env_layout)(env_leaves)
+    env_layout, layout = packing.Layout.of(env), packing.Layout.of(state)
+    env_buffers = packing.packer(env_layout)(env_leaves)
     variants = {
         "leaves": (E.flat_step(env_def, state_def, door.outputs), env_leaves, leaves),
         "packed": (door.packed_step(env_layout, layout, door.outputs, False), env_buffers, None),
@@ -155,7 +156,7 @@ def calls(n: int) -> list[dict]:
     }
     rows = []
     for name, (step, e, s) in variants.items():
-        box = {"s": door.packer(layout)(leaves) if s is None else s}
+        box = {"s": packing.packer(layout)(leaves) if s is None else s}
 
         def call(step=step, e=e, box=box):
             box["s"], box["out"] = step(e, box["s"], action)

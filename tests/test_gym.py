@@ -267,8 +267,8 @@ def test_layout_packs_leaves_into_few_buffers_and_back():
     placed as it was."""
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from mjxrunner.doors.door import Layout, packer, unpacker
     from mjxrunner.engine import sharding
+    from mjxrunner.engine.packing import Layout, packer, unpacker
 
     mesh = sharding.make_mesh(2)
     split = NamedSharding(mesh, PartitionSpec(sharding.AXIS))

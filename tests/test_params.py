@@ -61,8 +61,8 @@ def test_values_never_recompile_shapes_recompile_once(fresh):
     assert c.count == 0
     r.set_param("geom_friction", np.ones((r.mj_model.ngeom, 3)))  # demoted
     with CompileCounter() as c:
-        r.step()  # at most one compile for the new (shared) signature
-    assert c.count <= 1
+        r.step()  # the new (shared) signature: its step and its model's packing
+    assert c.count <= 2
     with CompileCounter() as c:
         r.step()
         r.set_param("geom_friction", np.full((r.mj_model.ngeom, 3), 0.9))

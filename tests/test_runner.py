@@ -205,14 +205,35 @@ def test_step_double_buffers_by_donation(fresh):
     r.step()
     before = np.array(r.data.qpos)
     old_scratch = r.next_data
+    old_buffers = r._scratch_packed[1]  # the packed state the next step writes into
     r.step()
     # the previous state stays readable in next_data...
     np.testing.assert_array_equal(np.asarray(r.next_data.qpos), before)
-    # ...and the old scratch buffers were donated to the new state, not copied
-    assert old_scratch.qpos.is_deleted() and old_scratch.qvel.is_deleted()
-    assert not r.data.qpos.is_deleted() and not r.next_data.qpos.is_deleted()
+    # ...the old scratch buffers were donated to the new state, not copied...
+    assert all(b.is_deleted() for b in old_buffers)
+    # ...and no array handed out was donated
+    assert not old_scratch.qpos.is_deleted() and not r.next_data.qpos.is_deleted()
+    assert not r.data.qpos.is_deleted()
     assert not np.array_equal(np.asarray(r.data.qpos), before)
     np.testing.assert_array_equal(r.episode_length, [2] * N)
+
+
+def test_packed_steps_equal_steps_over_the_pytree(fresh):
+    """The packed step (the default) and the pytree step (taken with a host guard)
+    give the same states, reads between steps included."""
+    actions = np.linspace(-1, 1, 3 * N).reshape(3, N, 1)
+    states = []
+    for policy in ("truncate", "warn"):
+        r = MultiEnvRunner("cartpole", N, seed=3, impl=IMPL, instability_policy=policy)
+        assert r._host_guards == (policy == "warn")
+        for a in actions:
+            r.set_actions(a)
+            r.step()
+            r.reset_envs([1])
+            r.set_actions(a[::-1], env_ids=[0, 2, 1, 3])
+            r.step(substeps=2)
+        states.append(jax.tree.map(np.asarray, (r.state, r.next_data)))
+    jax.tree.map(np.testing.assert_array_equal, *states)
     # current, scratch and default never share a buffer
     ptrs = [
         {x.unsafe_buffer_pointer() for x in jax.tree.leaves(t)}

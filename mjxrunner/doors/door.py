@@ -4,13 +4,10 @@ A :class:`Door` holds an :class:`~mjxrunner.env.Env` and its current
 :class:`~mjxrunner.env.EnvState` packed into a few flat buffers (:class:`Layout`:
 one per dtype and placement), and steps them with one compiled call that unpacks
 them, runs :func:`mjxrunner.env.step` and packs the new state again; the slices
-and concatenations compile into the step's own loops. Why: on a CPU, a compiled
-call's host time grows with the number of arrays it returns (measured ~3-6 us
-each, against ~0.2 us per argument), and an ``EnvState`` has ~100 leaves, whose
-separate outputs cost more host time than the physics of 64 cartpole worlds.
-Packed, a step takes ~3 env buffers, ~4 state buffers and the action, and returns
-~4 state buffers and what the door hands out (``pack``), gathered into a few
-buffers too (:func:`outputs`).
+and concatenations compile into the step's own loops (why:
+:mod:`mjxrunner.engine.packing`). A step takes ~3 env buffers, ~4 state buffers
+and the action, and returns ~4 state buffers and what the door hands out
+(``pack``), gathered into a few buffers too (:func:`outputs`).
 
 The state's buffers belong to the door alone, so the step donates them (XLA
 updates them in place), except with guards of policy ``"warn"`` or ``"raise"``,
@@ -26,16 +23,15 @@ size); :func:`mjxrunner.env.jit_step`, which takes pytrees, compiles its own.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec
 
 from mjxrunner.engine import guards
+from mjxrunner.engine.packing import Layout, compiled, packer, unpacker
 from mjxrunner.rl import env as env_
 
 FIELDS = tuple(env_.EnvState.OUTPUTS)
@@ -61,143 +57,6 @@ def _leaf_index(template: Any) -> dict[str, tuple[int, int, Any]]:
     return index
 
 
-# --- packing a pytree into few buffers -------------------------------------------------
-
-_FLAT, _ROWS, _OWN = "flat", "rows", "own"
-
-
-def _kind(leaf: jax.Array) -> tuple[str, Any]:
-    """How a leaf is packed, and the sharding of its buffer: ``flat`` (raveled into a
-    1-D buffer) where it lies whole on each device, ``rows`` (``(rows, -1)`` into a
-    2-D buffer split the same way) where it is split along its leading axis only,
-    else ``own`` (a buffer of its own: PRNG keys, other splits)."""
-    sharding = leaf.sharding
-    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended):
-        return _OWN, sharding
-    if sharding.is_fully_replicated:
-        return _FLAT, sharding
-    spec = getattr(sharding, "spec", None)
-    if (
-        isinstance(sharding, NamedSharding)
-        and leaf.ndim >= 1
-        and spec
-        and spec[0] is not None
-        and all(p is None for p in spec[1:])
-    ):
-        return _ROWS, NamedSharding(sharding.mesh, PartitionSpec(spec[0]))
-    return _OWN, sharding
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """Where each leaf of a pytree lies in a few buffers (hashable: compiled
-    functions are cached by it).
-
-    Leaves of one dtype and placement share a buffer, each in a range along the
-    buffer's last axis: raveled into a ``(size,)`` buffer where they lie whole on
-    each device (one device, or replicated), or as ``(rows, -1)`` into a
-    ``(rows, size)`` buffer where they are split along their leading axis over a
-    mesh, so the buffer keeps their split. Any other leaf is a buffer of its own.
-
-    Attributes:
-      treedef: the pytree's structure.
-      buffers: ``(kind, dtype, sharding, shape)`` per buffer.
-      leaves: ``(buffer, start, stop, shape, sharding)`` per leaf.
-    """
-
-    treedef: Any
-    buffers: tuple[tuple[str, Any, Any, tuple[int, ...]], ...]
-    leaves: tuple[tuple[int, int, int, tuple[int, ...], Any], ...]
-
-    @classmethod
-    def of(cls, tree: Any) -> Layout:
-        """The layout of ``tree`` (a pytree of ``jax.Array`` s)."""
-        leaves, treedef = jax.tree.flatten(tree)
-        groups: dict[Any, int] = {}  # (kind, dtype, sharding, rows) -> buffer
-        buffers: list[list[Any]] = []  # [kind, dtype, sharding, shape], sizes added up
-        where = []
-        for i, x in enumerate(leaves):
-            kind, sharding = _kind(x)
-            rows = x.shape[0] if kind == _ROWS else None
-            key = (_OWN, i) if kind == _OWN else (kind, x.dtype, sharding, rows)
-            if key not in groups:
-                groups[key] = len(buffers)
-                shape = {_FLAT: (0,), _ROWS: (rows, 0), _OWN: tuple(x.shape)}[kind]
-                buffers.append([kind, x.dtype, sharding, shape])
-            b = groups[key]
-            at = buffers[b][3][-1] if kind != _OWN else 0
-            size = math.prod(x.shape[1:] if kind == _ROWS else x.shape)
-            where.append((b, at, at + size, tuple(x.shape), x.sharding))
-            if kind != _OWN:
-                buffers[b][3] = (*buffers[b][3][:-1], at + size)
-        return cls(treedef, tuple(tuple(b) for b in buffers), tuple(where))
-
-    def pack(self, leaves: list[jax.Array]) -> tuple[jax.Array, ...]:
-        """The buffers of ``leaves`` (traceable)."""
-        if len(leaves) != len(self.leaves) or any(
-            x.shape != w[3] or x.dtype != self.buffers[w[0]][1]
-            for x, w in zip(leaves, self.leaves, strict=True)
-        ):
-            raise ValueError("these leaves do not fit the layout (shapes or dtypes changed)")
-        parts: list[list[jax.Array]] = [[] for _ in self.buffers]
-        for x, (b, *_) in zip(leaves, self.leaves, strict=True):
-            kind = self.buffers[b][0]
-            if kind == _FLAT:
-                x = x.reshape(-1)
-            elif kind == _ROWS:
-                x = x.reshape(x.shape[0], math.prod(x.shape[1:]))
-            parts[b].append(x)
-        out = []
-        for (kind, _, sharding, _), p in zip(self.buffers, parts, strict=True):
-            buf = p[0] if kind == _OWN else jnp.concatenate(p, axis=-1)
-            if isinstance(sharding, NamedSharding):
-                buf = jax.lax.with_sharding_constraint(buf, sharding)
-            out.append(buf)
-        return tuple(out)
-
-    def unpack(self, buffers: tuple[jax.Array, ...], start: int = 0, end: int | None = None):
-        """Leaves ``start:end`` of the buffers (traceable), each placed as it was."""
-        out = []
-        for b, lo, hi, shape, sharding in self.leaves[start:end]:
-            kind, buf = self.buffers[b][0], buffers[b]
-            if kind == _FLAT:
-                x = jax.lax.slice(buf, (lo,), (hi,)).reshape(shape)
-            elif kind == _ROWS:
-                x = jax.lax.slice(buf, (0, lo), (buf.shape[0], hi)).reshape(shape)
-            else:
-                x = buf
-            if isinstance(sharding, NamedSharding):
-                x = jax.lax.with_sharding_constraint(x, sharding)
-            out.append(x)
-        return out
-
-    def unflatten(self, buffers: tuple[jax.Array, ...]) -> Any:
-        """The pytree of the buffers (traceable)."""
-        return self.treedef.unflatten(self.unpack(buffers))
-
-
-# Compiled once per layout (and pack, donation) and process, shared by every door.
-_COMPILED: dict[tuple, Any] = {}
-
-
-def _compiled(key: tuple, make: Callable[[], Any]) -> Any:
-    if key not in _COMPILED:
-        _COMPILED[key] = make()
-    return _COMPILED[key]
-
-
-def packer(layout: Layout) -> Callable:
-    """``jit`` of :meth:`Layout.pack` (new buffers, never the leaves themselves)."""
-    return _compiled(("pack", layout), lambda: jax.jit(layout.pack))
-
-
-def unpacker(layout: Layout, start: int = 0, end: int | None = None) -> Callable:
-    """``jit`` of :meth:`Layout.unpack` of leaves ``start:end``."""
-    return _compiled(
-        ("unpack", layout, start, end), lambda: jax.jit(lambda b: layout.unpack(b, start, end))
-    )
-
-
 def packed_step(env_layout: Layout, state_layout: Layout, pack: Any, donate: bool) -> Callable:
     """``jit`` of :func:`mjxrunner.env.step` on packed buffers: ``(env buffers, state
     buffers, action) -> (new state buffers, pack(new state))``; with ``donate``, the
@@ -211,7 +70,7 @@ def packed_step(env_layout: Layout, state_layout: Layout, pack: Any, donate: boo
             raise AssertionError(f"the step changed the state's structure: {new_def}")
         return state_layout.pack(leaves), None if pack is None else pack(new)
 
-    return _compiled(
+    return compiled(
         ("step", env_layout, state_layout, pack, donate),
         lambda: jax.jit(step, donate_argnums=(1,) if donate else ()),
     )

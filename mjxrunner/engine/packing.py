@@ -1,0 +1,177 @@
+"""Packing a pytree into a few flat buffers, for the compiled calls of the shells.
+
+On a CPU a compiled call's host time grows with the number of arrays it takes and
+returns (measured ~0.2 us per argument and ~3-6 us per result, more for donated
+ones): a batch's state has ~100 leaves and a model ~120, whose separate buffers
+cost more host time per step than the physics of hundreds of small worlds. A
+shell keeps such trees as the few buffers of a :class:`Layout` (one per dtype and
+placement) and its compiled calls unpack them, work, and pack the result again;
+the slices and concatenations compile into the call's own loops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+_FLAT, _ROWS, _OWN = "flat", "rows", "own"
+
+
+def _kind(leaf: jax.Array) -> tuple[str, Any]:
+    """How a leaf is packed, and the sharding of its buffer: ``flat`` (raveled into a
+    1-D buffer) where it lies whole on each device, ``rows`` (``(rows, -1)`` into a
+    2-D buffer split the same way) where it is split along its leading axis only,
+    else ``own`` (a buffer of its own: PRNG keys, other splits)."""
+    sharding = leaf.sharding
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended):
+        return _OWN, sharding
+    if sharding.is_fully_replicated:
+        return _FLAT, sharding
+    spec = getattr(sharding, "spec", None)
+    if (
+        isinstance(sharding, NamedSharding)
+        and leaf.ndim >= 1
+        and spec
+        and spec[0] is not None
+        and all(p is None for p in spec[1:])
+    ):
+        return _ROWS, NamedSharding(sharding.mesh, PartitionSpec(spec[0]))
+    return _OWN, sharding
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where each leaf of a pytree lies in a few buffers (hashable: compiled
+    functions are cached by it).
+
+    Leaves of one dtype and placement share a buffer, each in a range along the
+    buffer's last axis: raveled into a ``(size,)`` buffer where they lie whole on
+    each device (one device, or replicated), or as ``(rows, -1)`` into a
+    ``(rows, size)`` buffer where they are split along their leading axis over a
+    mesh, so the buffer keeps their split. Any other leaf is a buffer of its own.
+
+    Attributes:
+      treedef: the pytree's structure.
+      buffers: ``(kind, dtype, sharding, shape)`` per buffer.
+      leaves: ``(buffer, start, stop, shape, sharding)`` per leaf.
+    """
+
+    treedef: Any
+    buffers: tuple[tuple[str, Any, Any, tuple[int, ...]], ...]
+    leaves: tuple[tuple[int, int, int, tuple[int, ...], Any], ...]
+
+    @classmethod
+    def of(cls, tree: Any) -> Layout:
+        """The layout of ``tree`` (a pytree of ``jax.Array`` s)."""
+        leaves, treedef = jax.tree.flatten(tree)
+        groups: dict[Any, int] = {}  # (kind, dtype, sharding, rows) -> buffer
+        buffers: list[list[Any]] = []  # [kind, dtype, sharding, shape], sizes added up
+        where = []
+        for i, x in enumerate(leaves):
+            kind, sharding = _kind(x)
+            rows = x.shape[0] if kind == _ROWS else None
+            key = (_OWN, i) if kind == _OWN else (kind, x.dtype, sharding, rows)
+            if key not in groups:
+                groups[key] = len(buffers)
+                shape = {_FLAT: (0,), _ROWS: (rows, 0), _OWN: tuple(x.shape)}[kind]
+                buffers.append([kind, x.dtype, sharding, shape])
+            b = groups[key]
+            at = buffers[b][3][-1] if kind != _OWN else 0
+            size = math.prod(x.shape[1:] if kind == _ROWS else x.shape)
+            where.append((b, at, at + size, tuple(x.shape), x.sharding))
+            if kind != _OWN:
+                buffers[b][3] = (*buffers[b][3][:-1], at + size)
+        return cls(treedef, tuple(tuple(b) for b in buffers), tuple(where))
+
+    def pack(self, leaves: list[jax.Array]) -> tuple[jax.Array, ...]:
+        """The buffers of ``leaves`` (traceable)."""
+        if len(leaves) != len(self.leaves) or any(
+            x.shape != w[3] or x.dtype != self.buffers[w[0]][1]
+            for x, w in zip(leaves, self.leaves, strict=True)
+        ):
+            raise ValueError("these leaves do not fit the layout (shapes or dtypes changed)")
+        parts: list[list[jax.Array]] = [[] for _ in self.buffers]
+        for x, (b, *_) in zip(leaves, self.leaves, strict=True):
+            kind = self.buffers[b][0]
+            if kind == _FLAT:
+                x = x.reshape(-1)
+            elif kind == _ROWS:
+                x = x.reshape(x.shape[0], math.prod(x.shape[1:]))
+            parts[b].append(x)
+        out = []
+        for (kind, _, sharding, _), p in zip(self.buffers, parts, strict=True):
+            buf = p[0] if kind == _OWN else jnp.concatenate(p, axis=-1)
+            if isinstance(sharding, NamedSharding):
+                buf = jax.lax.with_sharding_constraint(buf, sharding)
+            out.append(buf)
+        return tuple(out)
+
+    def unpack(self, buffers: tuple[jax.Array, ...], start: int = 0, end: int | None = None):
+        """Leaves ``start:end`` of the buffers (traceable), each placed as it was."""
+        out = []
+        for b, lo, hi, shape, sharding in self.leaves[start:end]:
+            kind, buf = self.buffers[b][0], buffers[b]
+            if kind == _FLAT:
+                x = jax.lax.slice(buf, (lo,), (hi,)).reshape(shape)
+            elif kind == _ROWS:
+                x = jax.lax.slice(buf, (0, lo), (buf.shape[0], hi)).reshape(shape)
+            else:
+                x = buf
+            if isinstance(sharding, NamedSharding):
+                x = jax.lax.with_sharding_constraint(x, sharding)
+            out.append(x)
+        return out
+
+    def unflatten(self, buffers: tuple[jax.Array, ...]) -> Any:
+        """The pytree of the buffers (traceable)."""
+        return self.treedef.unflatten(self.unpack(buffers))
+
+    def write(self, buffers: tuple[jax.Array, ...], i: int, value: jax.Array) -> tuple:
+        """The buffers with leaf ``i`` replaced by ``value`` (traceable): an update of
+        its range alone, in place where the buffers are donated."""
+        b, lo, _, shape, _ = self.leaves[i]
+        kind, buf = self.buffers[b][0], buffers[b]
+        value = jnp.asarray(value, self.buffers[b][1])
+        if kind == _FLAT:
+            buf = jax.lax.dynamic_update_slice(buf, value.reshape(-1), (lo,))
+        elif kind == _ROWS:
+            buf = jax.lax.dynamic_update_slice(buf, value.reshape(shape[0], -1), (0, lo))
+        else:
+            buf = value
+        return (*buffers[:b], buf, *buffers[b + 1 :])
+
+    def index(self, tree: Any, *path: str) -> int:
+        """The index of the leaf at attribute ``path`` of ``tree`` (of this layout)."""
+        for i, (p, _) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
+            if tuple(getattr(k, "name", None) for k in p) == path:
+                return i
+        raise KeyError(f"no leaf at {'.'.join(path)}")
+
+
+# Compiled once per layout (and what else the key holds) and process, shared by shells.
+_COMPILED: dict[tuple, Any] = {}
+
+
+def compiled(key: tuple, make: Callable[[], Any]) -> Any:
+    """The function ``make()`` made once per ``key`` (layouts in it) and process."""
+    if key not in _COMPILED:
+        _COMPILED[key] = make()
+    return _COMPILED[key]
+
+
+def packer(layout: Layout) -> Callable:
+    """``jit`` of :meth:`Layout.pack` (new buffers, never the leaves themselves)."""
+    return compiled(("pack", layout), lambda: jax.jit(layout.pack))
+
+
+def unpacker(layout: Layout, start: int = 0, end: int | None = None) -> Callable:
+    """``jit`` of :meth:`Layout.unpack` of leaves ``start:end``."""
+    return compiled(
+        ("unpack", layout, start, end), lambda: jax.jit(lambda b: layout.unpack(b, start, end))
+    )
