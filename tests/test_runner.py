@@ -216,16 +216,26 @@ def test_step_double_buffers_by_donation(fresh):
     assert not r.data.qpos.is_deleted()
     assert not np.array_equal(np.asarray(r.data.qpos), before)
     np.testing.assert_array_equal(r.episode_length, [2] * N)
+    # current, scratch and default never share a buffer
+    ptrs = [
+        {x.unsafe_buffer_pointer() for x in jax.tree.leaves(t)}
+        for t in (r.state, r._scratch, r.engine.default)
+    ]
+    assert not (ptrs[0] & ptrs[1]) and not (ptrs[0] & ptrs[2]) and not (ptrs[1] & ptrs[2])
 
 
-def test_packed_steps_equal_steps_over_the_pytree(fresh):
-    """The packed step (the default) and the pytree step (taken with a host guard)
-    give the same states, reads between steps included."""
+def test_packed_steps_equal_steps_over_the_pytree(monkeypatch):
+    """The packed step (small batches) and the pytree step (a state over the limit,
+    or a host guard) give the same states, reads between steps included."""
+    from mjxrunner.doors import runner as runner_module
+
     actions = np.linspace(-1, 1, 3 * N).reshape(3, N, 1)
     states = []
-    for policy in ("truncate", "warn"):
+    for limit, policy in ((runner_module.PACK_LIMIT, "truncate"), (0, "truncate"), (None, "warn")):
+        if limit is not None:
+            monkeypatch.setattr(runner_module, "PACK_LIMIT", limit)
         r = MultiEnvRunner("cartpole", N, seed=3, impl=IMPL, instability_policy=policy)
-        assert r._host_guards == (policy == "warn")
+        assert r._packs == (limit == runner_module.PACK_LIMIT > 0 and policy == "truncate")
         for a in actions:
             r.set_actions(a)
             r.step()
@@ -233,13 +243,8 @@ def test_packed_steps_equal_steps_over_the_pytree(fresh):
             r.set_actions(a[::-1], env_ids=[0, 2, 1, 3])
             r.step(substeps=2)
         states.append(jax.tree.map(np.asarray, (r.state, r.next_data)))
-    jax.tree.map(np.testing.assert_array_equal, *states)
-    # current, scratch and default never share a buffer
-    ptrs = [
-        {x.unsafe_buffer_pointer() for x in jax.tree.leaves(t)}
-        for t in (r.state, r._scratch, r.engine.default)
-    ]
-    assert not (ptrs[0] & ptrs[1]) and not (ptrs[0] & ptrs[2]) and not (ptrs[1] & ptrs[2])
+    for other in states[1:]:
+        jax.tree.map(np.testing.assert_array_equal, states[0], other)
 
 
 def test_step_dt_and_substeps(fresh):

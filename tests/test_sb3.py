@@ -21,6 +21,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from stable_baselines3 import PPO
+from stable_baselines3.common import logger as sb3_logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 
@@ -241,7 +242,7 @@ def test_attributes_and_methods_act_on_the_vector_env(env):
     assert env.vector_env.spec is None
 
 
-def test_dict_observations_train_with_multi_input_policy():
+def test_dict_observations_train_with_multi_input_policy(tmp_path):
     def observe(model, data):
         return {"state": cartpole.observation(model, data), "clock": data.time[None]}
 
@@ -259,6 +260,7 @@ def test_dict_observations_train_with_multi_input_policy():
     assert set(terminal) == {"state", "clock"} and terminal["state"].shape == (5,)
     np.testing.assert_allclose(terminal["clock"], [0.05], rtol=1e-5)  # 5 steps of 0.01 s
     model = PPO("MultiInputPolicy", env, n_steps=8, batch_size=12, seed=0, device="cpu")
+    quiet(model, tmp_path)
     model.learn(2 * 8 * 3)
     assert len(model.ep_info_buffer) > 0
 
@@ -298,6 +300,11 @@ LEARN_TASK = tasks.get("cartpole_balance")  # episodes of at most 500 steps
 LEARN_WORLDS = 16
 
 
+def quiet(model, folder) -> None:
+    """SB3's learn() otherwise makes a log folder of its own in the system's temp dir."""
+    model.set_logger(sb3_logger.configure(str(folder), []))
+
+
 def first_episode_return(env: Sb3VecEnv, act) -> float:
     """Mean return of each world's first episode after a reset, under ``act(obs)``."""
     obs = env.reset()
@@ -309,7 +316,7 @@ def first_episode_return(env: Sb3VecEnv, act) -> float:
     return float(returns.mean())
 
 
-def test_ppo_learns_cartpole_balance():
+def test_ppo_learns_cartpole_balance(tmp_path):
     env = Sb3VecEnv(LEARN_TASK, LEARN_WORLDS, seed=0, **C)
     rng = np.random.default_rng(0)
     low, high = env.action_space.low, env.action_space.high
@@ -327,6 +334,7 @@ def test_ppo_learns_cartpole_balance():
         seed=0,
         device="cpu",
     )
+    quiet(model, tmp_path)
     model.learn(48 * 64 * LEARN_WORLDS)
     # SB3's logger shows ep_rew_mean from these, with no Monitor or VecMonitor
     assert len(model.ep_info_buffer) == model.ep_info_buffer.maxlen

@@ -7,15 +7,18 @@ stays readable (``next_data``) until the next step, and stepping keeps two copie
 the batch, not three. The compiled functions are module-level: runners of the same
 model and configuration share them.
 
-A plain step (no host guard, no redraw inside the step) and ``set_actions`` work
-on the state packed into a few buffers (:mod:`mjxrunner.engine.packing`): the
-state's ~100 leaves and the model's ~120 as separate arguments and results cost
-more host time per step than the physics of small batches on impl "c" (a step
-and ``set_actions`` of 16 hoppers: 0.9 ms over leaves, 0.5 ms packed). The
-double buffer is then two sets of packed buffers; the state's pytree is unpacked
-into arrays of its own when something reads it, at most once per step, so no
-array handed out is ever donated. Every other operation works on the pytree, and
-the next step packs it again.
+A plain step (no host guard, no redraw inside the step) of a small batch, and its
+``set_actions``, work on the state packed into a few buffers
+(:mod:`mjxrunner.engine.packing`): the state's ~70 leaves and the model's ~120 as
+separate arguments and results cost more host time per step than the physics of
+small batches on impl "c" (a step and ``set_actions`` of 16 hoppers: 0.9 ms over
+leaves, 0.5 ms packed). Packing copies the state once per step, which costs more
+than it saves past :data:`PACK_LIMIT` bytes of state (measured on impl "c", 2
+threads: 256 hoppers or ants gained 10-25%, 1,024 hoppers and ants and 256
+humanoids lost 10-20%). The double buffer is then two sets of packed buffers; the
+state's pytree is unpacked into arrays of its own when something reads it, at
+most once per step, so no array handed out is ever donated. Every other
+operation works on the pytree, and the next step packs it again.
 """
 
 from __future__ import annotations
@@ -74,6 +77,9 @@ _contact_count = jax.jit(engine.contact_count, static_argnums=(0,))
 _set_ctrl_fn = jax.jit(_set_ctrl, donate_argnums=(0,))
 _set_flags = jax.jit(lambda s, te, tr: s.replace(terminated=te, truncated=tr), donate_argnums=0)
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
+
+PACK_LIMIT = 2 << 20
+"""Bytes of state up to which plain steps run on packed buffers (module notes)."""
 
 
 def _packed_advance(config, model_layout: Layout, layout: Layout, substeps: int):
@@ -159,6 +165,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         self._advancers: dict[Any, Any] = {}  # substeps -> packed step of these layouts
         self._scratch = _copy(eng.state)
         self._host_guards = bool(guards_.host_policies(eng.config.guards))
+        size = sum(x.nbytes for x in jax.tree.leaves(eng.state))
+        self._packs = size <= PACK_LIMIT and not self._host_guards
 
     # --- the engine, packed or not ---------------------------------------------------
     #
@@ -375,7 +383,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
         collide = self._collide(collide)
-        if not self._host_guards and not engine.redraws_in_step(self._frame.config):
+        if self._packs and not engine.redraws_in_step(self._frame.config):
             return self._step_packed(dt, substeps, collide)
         eng = self._eng
         # The default model is an argument only when a redraw can need it: fewer leaves
