@@ -230,12 +230,15 @@ def test_packed_steps_equal_steps_over_the_pytree(monkeypatch):
     from mjxrunner.doors import runner as runner_module
 
     actions = np.linspace(-1, 1, 3 * N).reshape(3, N, 1)
-    states = []
-    for limit, policy in ((runner_module.PACK_LIMIT, "truncate"), (0, "truncate"), (None, "warn")):
-        if limit is not None:
-            monkeypatch.setattr(runner_module, "PACK_LIMIT", limit)
+    default, states = runner_module.PACK_LIMIT, []
+    for limit, policy, packs in (
+        (default, "truncate", True),
+        (0, "truncate", False),
+        (default, "warn", False),
+    ):
+        monkeypatch.setattr(runner_module, "PACK_LIMIT", limit)
         r = MultiEnvRunner("cartpole", N, seed=3, impl=IMPL, instability_policy=policy)
-        assert r._packs == (limit == runner_module.PACK_LIMIT > 0 and policy == "truncate")
+        assert r._packs == packs
         for a in actions:
             r.set_actions(a)
             r.step()

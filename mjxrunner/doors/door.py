@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from mjxrunner.engine import guards
-from mjxrunner.engine.packing import Layout, compiled, packer, unpacker
+from mjxrunner.engine.packing import Layout, compiled, packer, unpacked, unpacker
 from mjxrunner.rl import env as env_
 
 FIELDS = tuple(env_.EnvState.OUTPUTS)
@@ -259,7 +259,7 @@ class Door:
         if keep:
             prev = before[1]
             if prev is None:  # not unpacked since the last step
-                prev = self._layout.treedef.unflatten(unpacker(self._layout)(before[0]))
+                prev = unpacked(self._layout, before[0])
             error = env_.guard_error(self._env, prev, self.state)
             if error is not None:
                 self._buffers, self._state, self._leaves = before

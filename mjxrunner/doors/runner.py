@@ -40,7 +40,7 @@ from mjxrunner.engine import guards as guards_  # the constructor's ``guards`` a
 from mjxrunner.engine import options as options_
 from mjxrunner.engine.models import load_any
 from mjxrunner.engine.options import Options
-from mjxrunner.engine.packing import Layout, compiled, packer, unpacker
+from mjxrunner.engine.packing import Layout, compiled, packer, unpacked, unpacker
 from mjxrunner.engine.sharding import host_copy
 from mjxrunner.engine.worlds import world_mask
 
@@ -162,7 +162,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
     def _set_engine(self, eng: engine.Engine) -> None:
         self._frame, self._fresh, self._buffers, self._layout_of_state = eng, True, None, None
         self._model_pack: tuple | None = None  # (model, its layout, its buffers)
-        self._advancers: dict[Any, Any] = {}  # substeps -> packed step of these layouts
+        self._advancers: dict[int, Any] = {}  # substeps -> packed step (layouts, config)
         self._scratch = _copy(eng.state)
         self._host_guards = bool(guards_.host_policies(eng.config.guards))
         size = sum(x.nbytes for x in jax.tree.leaves(eng.state))
@@ -177,8 +177,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
     @property
     def _eng(self) -> engine.Engine:
         if not self._fresh:
-            layout = self._layout_of_state
-            state = layout.treedef.unflatten(unpacker(layout)(self._buffers))
+            state = unpacked(self._layout_of_state, self._buffers)
             self._frame, self._fresh = self._frame.replace(state=state), True
         return self._frame
 
@@ -186,25 +185,31 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
     def _eng(self, eng: engine.Engine) -> None:
         if not (self._fresh and eng.state is self._frame.state):
             self._buffers = None  # a new state: packed again by the next step
+        if eng.config is not self._frame.config:
+            self._advancers = {}  # the packed steps close over the config
         self._frame, self._fresh = eng, True
 
     @property
     def _scratch(self) -> Any:
         if self._scratch_state is None:
-            layout, buffers = self._scratch_packed
-            self._scratch_state = layout.treedef.unflatten(unpacker(layout)(buffers))
+            self._scratch_state = unpacked(*self._scratch_packed)
         return self._scratch_state
 
     @_scratch.setter
     def _scratch(self, state: Any) -> None:
         self._scratch_state, self._scratch_packed = state, None
 
+    def _on_device(self, tree: Any) -> Any:
+        """``tree`` with every leaf a placed ``jax.Array`` (an engine given by hand may
+        hold NumPy leaves), as packing needs."""
+        if all(isinstance(x, jax.Array) for x in jax.tree.leaves(tree)):
+            return tree
+        return self._put(tree)
+
     def _packed_state(self) -> tuple[Layout, tuple]:
         """The current state's layout and buffers (packing the pytree if needed)."""
         if self._buffers is None:
-            state = self._frame.state
-            if not all(isinstance(x, jax.Array) for x in jax.tree.leaves(state)):
-                state = self._put(state)  # NumPy leaves (an engine given by hand)
+            state = self._on_device(self._frame.state)
             leaves, layout, new = jax.tree.leaves(state), Layout.of(state), False
             if layout != self._layout_of_state:
                 self._layout_of_state, self._advancers = layout, {}
@@ -219,9 +224,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         """The model's layout and buffers, packed once per model."""
         model = self._frame.model
         if self._model_pack is None or self._model_pack[0] is not model:
-            placed = model
-            if not all(isinstance(x, jax.Array) for x in jax.tree.leaves(model)):
-                placed = self._put(model)  # NumPy leaves (an engine given by hand)
+            placed = self._on_device(model)
             layout = Layout.of(placed)
             if self._model_pack is None or layout != self._model_pack[1]:
                 self._advancers = {}
@@ -406,8 +409,6 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         """A step on packed buffers; the old ones become the scratch buffers."""
         model_layout, model_buffers = self._packed_model()
         layout, buffers = self._packed_state()
-        if self._advancers.get("config") is not self._frame.config:
-            self._advancers = {"config": self._frame.config}
         advance = self._advancers.get(substeps)
         if advance is None:
             advance = _packed_advance(self._frame.config, model_layout, layout, substeps)

@@ -175,3 +175,8 @@ def unpacker(layout: Layout, start: int = 0, end: int | None = None) -> Callable
     return compiled(
         ("unpack", layout, start, end), lambda: jax.jit(lambda b: layout.unpack(b, start, end))
     )
+
+
+def unpacked(layout: Layout, buffers: tuple[jax.Array, ...]) -> Any:
+    """The pytree of ``buffers``, its leaves new arrays (by :func:`unpacker`)."""
+    return layout.treedef.unflatten(unpacker(layout)(buffers))
