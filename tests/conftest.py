@@ -65,7 +65,33 @@ def _stamp_cache_entries(folder: Path) -> None:
 _stamp_cache_entries(CACHE / "jax")
 
 
+# The files of the longest cold runs (worker-seconds on 2 cores), longest first. make
+# test hands whole files to its two workers in collection order; with these first and
+# the many short files after them, the workers end together. In pytest-xdist's own
+# order (files with the most tests first) test_x64 and test_readme came last, and one
+# worker had ~4 of the suite's 33 minutes left alone.
+LONGEST_FIRST = (
+    "test_robots",
+    "test_env_engine",
+    "test_notebooks",
+    "test_readme",
+    "test_trainers",
+    "test_sharding",
+    "test_groups",
+    "test_parity",
+    "test_x64",
+    "test_train",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: the rest
+
+
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order above
+        config.option.loadscopereorder = False
     import warp as wp
 
     wp.config.cache_kernels = True  # Warp's kernel cache, in its default ~/.cache/warp
