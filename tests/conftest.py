@@ -30,6 +30,7 @@ import jax  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import warp as wp  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 # Property tests: "suite" keeps them fast; benchmarks/fuzz.py runs them with "fuzz"
@@ -64,6 +65,15 @@ def _stamp_cache_entries(folder: Path) -> None:
 
 _stamp_cache_entries(CACHE / "jax")
 
+wp.config.cache_kernels = True  # Warp's kernel cache, in its default ~/.cache/warp
+# As for XLA above: Warp's CPU kernels built at -O0 rather than -O2 cut a cold warp
+# ant env's set-up from 49 to 35 s here, for slower kernels at tiny batches. Set on
+# import, not in a pytest hook, so the background jobs (which import this module)
+# build the same kernels and find the workers' builds in the cache: with the setting
+# in the hook they built every module again at -O2 (the joystick job: 45 modules, 49 s).
+wp.config.optimization_level = 0
+wp.config.quiet = True
+
 
 # The files of the longest cold runs (worker-seconds on 2 cores), longest first. make
 # test hands whole files to its two workers in collection order; with these first and
@@ -92,13 +102,6 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order above
         config.option.loadscopereorder = False
-    import warp as wp
-
-    wp.config.cache_kernels = True  # Warp's kernel cache, in its default ~/.cache/warp
-    # As for XLA above: Warp's CPU kernels built at -O0 rather than -O2 cut a cold
-    # warp ant env's set-up from 49 to 35 s here, for slower kernels at tiny batches.
-    wp.config.optimization_level = 0
-    wp.config.quiet = True
 
 
 def load_benchmark(name: str):

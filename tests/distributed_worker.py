@@ -6,7 +6,12 @@ Usage: python distributed_worker.py PROCESS_ID PORT OUT.npz [IMPL]
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = ""  # one CPU device per process
+# One CPU device per process; the suite's other XLA flags (its optimization level) stay.
+os.environ["XLA_FLAGS"] = " ".join(
+    flag
+    for flag in os.environ.get("XLA_FLAGS", "").split()
+    if "xla_force_host_platform_device_count" not in flag
+)
 
 import jax
 import numpy as np

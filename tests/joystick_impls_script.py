@@ -18,6 +18,7 @@ import json
 import sys
 import time
 
+import conftest  # noqa: F401  (the suite's caches and compiler settings, Warp's too)
 import numpy as np
 import torch
 
