@@ -279,10 +279,12 @@ class Backend:
             **caps,
         }
 
-    def put_model(self, m: mujoco.MjModel) -> mjx.Model:
-        """The device model of ``m`` (see :func:`put_model`)."""
+    def put_model(self, m: mujoco.MjModel, digest: str | None = None) -> mjx.Model:
+        """The device model of ``m`` (see :func:`put_model`); ``digest``, the
+        model's ``HostModel`` digest if the caller has it, spares impl "c" hashing
+        it again."""
         if self.impl == "c":
-            return native.put_model(m, self.device, self.num_threads)
+            return native.put_model(m, self.device, self.num_threads, digest)
         return put_model(m, self.impl, self.device, self.graph_mode)
 
     def put_data(self, m: mujoco.MjModel, d: mujoco.MjData) -> mjx.Data:

@@ -316,7 +316,7 @@ class HostModel:
 
     @classmethod
     def of(cls, m: mujoco.MjModel) -> HostModel:
-        return cls(m, hashlib.sha256(mjb_bytes(m).tobytes()).hexdigest())
+        return cls(m, hashlib.sha256(mjb_bytes(m)).hexdigest())  # the buffer, not a copy
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, HostModel) and other.digest == self.digest

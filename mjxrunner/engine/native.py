@@ -239,12 +239,15 @@ def check_mesh(mesh: Any) -> None:
 # --- building ---------------------------------------------------------------------
 
 
-def put_model(m: mujoco.MjModel, device: jax.Device, num_threads: int) -> Model:
+def put_model(
+    m: mujoco.MjModel, device: jax.Device, num_threads: int, digest: str | None = None
+) -> Model:
     """The model pytree of ``m`` for impl "c": MjModel's fields as arrays (the
-    per-world parameters' home), and the host that steps the worlds."""
+    per-world parameters' home), and the host that steps the worlds. ``digest``:
+    ``HostModel.of(m).digest`` where the caller has it (a robot's MJB is tens of MB)."""
     template = mjx.put_model(m, impl="cpp", device=device)
     fields = {f.name: getattr(template, f.name) for f in dataclasses.fields(mjx.Model)}
-    fields["_impl"] = ModelC(host=Host.of(m, num_threads))
+    fields["_impl"] = ModelC(host=Host.of(m, num_threads, digest))
     return Model(**fields)
 
 
@@ -322,10 +325,11 @@ class Host:
     """
 
     @classmethod
-    def of(cls, m: mujoco.MjModel, num_threads: int) -> "Host":
-        """The host of ``m``'s content on ``num_threads`` threads, made once."""
+    def of(cls, m: mujoco.MjModel, num_threads: int, digest: str | None = None) -> "Host":
+        """The host of ``m``'s content (``digest``: its :class:`HostModel` digest, if
+        known) on ``num_threads`` threads, made once."""
         ffi = native_ffi.choose()
-        key = (HostModel.of(m).digest, int(num_threads), ffi)
+        key = (digest or HostModel.of(m).digest, int(num_threads), ffi)
         with _hosts_lock:
             host = _hosts.get(key)
             if host is None:

@@ -384,7 +384,8 @@ def make(
     low, high = action_bounds(m)
     dtype = backend.float_dtype()
     put = lambda x: jax.device_put(x, b.device)  # noqa: E731
-    device_model = FlatModel.of(b.put_model(m))
+    host = HostModel.of(m)
+    device_model = FlatModel.of(b.put_model(m, host.digest))
     start = b.put_data(m, start_data(m, task.keyframe))
     contract.check(task, device_model.tree, start, m.nu)
     pipeline = observations.check(
@@ -393,7 +394,7 @@ def make(
     env = Env(
         task=task,
         config=config,
-        host=HostModel.of(m),
+        host=host,
         mode=put(np.int32(mode)),
         model=device_model,
         start=start,
