@@ -281,8 +281,9 @@ def test_render_and_layout_use_global_ids(runners):
 @pytest.fixture(scope="module")
 def envs():
     """The env over two groups and the two homogeneous envs it must equal, on impl
-    "jax": on impl "c" (at the suite's XLA optimization level 0) the second group's
-    restarts differ from its homogeneous env's in the last bits."""
+    "jax": on impl "c" (at the suite's XLA optimization level 0) the two programs
+    round the restarts' drawn starts differently (an FMA in one of them, see
+    docs/training.md), one ulp apart."""
     group = E.make(TASK, N, groups=GROUPS, autoreset="same_step", normalize_obs=True, impl="jax")
     alone = [E.make(TASK, n, model=scene, impl="jax") for scene, n in GROUPS]
     return group, alone
