@@ -299,6 +299,14 @@ def test_layout_packs_leaves_into_few_buffers_and_back():
         np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
     with pytest.raises(ValueError, match="do not fit"):
         layout.pack(jax.tree.leaves({**tree, "t": tree["t"][:2]}))
+    # leaves chosen first lead their buffer, in the order given (leaves: done, key,
+    # none, pos, scale, t): t, then pos
+    first = Layout.of(tree, first=(5,))
+    assert [first.leaves[i][1:3] for i in (5, 3)] == [(0, 1), (1, 7)]
+    rows = packer(first)(jax.tree.leaves(tree))[first.leaves[5][0]]
+    np.testing.assert_array_equal(np.asarray(rows)[:, 0], np.asarray(tree["t"]))
+    again = first.treedef.unflatten(unpacker(first)(packer(first)(jax.tree.leaves(tree))))
+    np.testing.assert_array_equal(np.asarray(again["pos"]), np.asarray(tree["pos"]))
 
 
 def test_a_door_split_over_two_devices_steps_as_on_one(adapters):

@@ -225,7 +225,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         model = self._frame.model
         if self._model_pack is None or self._model_pack[0] is not model:
             placed = self._on_device(model)
-            layout = Layout.of(placed)
+            first = native.param_leaves(placed) if self.impl == "c" else ()
+            layout = Layout.of(placed, first)
             if self._model_pack is None or layout != self._model_pack[1]:
                 self._advancers = {}
             else:

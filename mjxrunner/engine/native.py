@@ -505,17 +505,28 @@ def _model_field(m: mujoco.MjModel, path: str) -> np.ndarray:
 # --- the traced side ---------------------------------------------------------------
 
 
-def param_paths(model: Model) -> tuple[str, ...]:
-    """Model fields a world's native model takes from the pytree: the float fields
-    MuJoCo's batch can give per-simulation values."""
-    paths = []
-    for path, leaf in jax.tree_util.tree_leaves_with_path(model):
+def _params(model: Model) -> list[tuple[int, str]]:
+    """``(flat index, path)`` of the model fields a world's native model takes from
+    the pytree: the float fields MuJoCo's batch can give per-simulation values."""
+    found = []
+    for i, (path, leaf) in enumerate(jax.tree_util.tree_leaves_with_path(model)):
         name = ".".join(getattr(k, "name", str(k)) for k in path)
         if "_impl" in name or not jnp.issubdtype(leaf.dtype, jnp.floating):
             continue
         if name in mjbatch.MODEL_FIELDS:
-            paths.append(name)
-    return tuple(paths)
+            found.append((i, name))
+    return found
+
+
+def param_paths(model: Model) -> tuple[str, ...]:
+    """The paths of the model fields the host call reads, in tree order."""
+    return tuple(name for _, name in _params(model))
+
+
+def param_leaves(model: Model) -> tuple[int, ...]:
+    """Their flat indices: a shell that packs the model puts them first, in this
+    order, so that the step gathers them with one copy (``packing.Layout.of``)."""
+    return tuple(i for i, _ in _params(model))
 
 
 def _leaf(model: Any, path: str) -> Any:
@@ -561,10 +572,15 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         tuple((p, int(leaf.size)) for p, leaf in shared),
         tuple((p, int(leaf[0].size)) for p, leaf in per_world),
     )
-    pack = lambda items, lead: jnp.concatenate(  # noqa: E731
-        [jnp.zeros((*lead, 0), floats)] + [x.reshape(*lead, -1).astype(floats) for _, x in items],
-        axis=-1,
-    )
+
+    def pack(items, lead):
+        if lead == (1,):  # raveled: slices of one packed buffer lying side by side in
+            # this order compile into one copy, not one per field (75 for a hopper)
+            flat = [x.reshape(-1).astype(floats) for _, x in items]
+            return jnp.concatenate([jnp.zeros((0,), floats), *flat]).reshape(1, -1)
+        rows = [x.reshape(*lead, -1).astype(floats) for _, x in items]
+        return jnp.concatenate([jnp.zeros((*lead, 0), floats), *rows], axis=-1)
+
     # One result per field (the host writes each in place): slicing one packed
     # result costs XLA a copy per field and step.
     named = (*host.fields, *outputs)

@@ -67,13 +67,18 @@ class Layout:
     leaves: tuple[tuple[int, int, int, tuple[int, ...], Any], ...]
 
     @classmethod
-    def of(cls, tree: Any) -> Layout:
-        """The layout of ``tree`` (a pytree of ``jax.Array`` s)."""
+    def of(cls, tree: Any, first: tuple[int, ...] = ()) -> Layout:
+        """The layout of ``tree`` (a pytree of ``jax.Array`` s). Leaves ``first`` (flat
+        indices) come first in their buffers, in that order, then the rest in tree
+        order: slices of adjacent leaves concatenated in order compile into one copy
+        (impl "c" gathers the model fields it reads that way every step)."""
         leaves, treedef = jax.tree.flatten(tree)
         groups: dict[Any, int] = {}  # (kind, dtype, sharding, rows) -> buffer
         buffers: list[list[Any]] = []  # [kind, dtype, sharding, shape], sizes added up
-        where = []
-        for i, x in enumerate(leaves):
+        where: list[Any] = [None] * len(leaves)
+        chosen = set(first)
+        for i in (*first, *(i for i in range(len(leaves)) if i not in chosen)):
+            x = leaves[i]
             kind, sharding = _kind(x)
             rows = x.shape[0] if kind == _ROWS else None
             key = (_OWN, i) if kind == _OWN else (kind, x.dtype, sharding, rows)
@@ -84,7 +89,7 @@ class Layout:
             b = groups[key]
             at = buffers[b][3][-1] if kind != _OWN else 0
             size = math.prod(x.shape[1:] if kind == _ROWS else x.shape)
-            where.append((b, at, at + size, tuple(x.shape), x.sharding))
+            where[i] = (b, at, at + size, tuple(x.shape), x.sharding)
             if kind != _OWN:
                 buffers[b][3] = (*buffers[b][3][:-1], at + size)
         return cls(treedef, tuple(tuple(b) for b in buffers), tuple(where))
@@ -96,16 +101,17 @@ class Layout:
             for x, w in zip(leaves, self.leaves, strict=True)
         ):
             raise ValueError("these leaves do not fit the layout (shapes or dtypes changed)")
-        parts: list[list[jax.Array]] = [[] for _ in self.buffers]
-        for x, (b, *_) in zip(leaves, self.leaves, strict=True):
+        parts: list[list[tuple[int, jax.Array]]] = [[] for _ in self.buffers]
+        for x, (b, start, *_) in zip(leaves, self.leaves, strict=True):
             kind = self.buffers[b][0]
             if kind == _FLAT:
                 x = x.reshape(-1)
             elif kind == _ROWS:
                 x = x.reshape(x.shape[0], math.prod(x.shape[1:]))
-            parts[b].append(x)
+            parts[b].append((start, x))
         out = []
         for (kind, _, sharding, _), p in zip(self.buffers, parts, strict=True):
+            p = [x for _, x in sorted(p, key=lambda item: item[0])]  # buffer order
             buf = p[0] if kind == _OWN else jnp.concatenate(p, axis=-1)
             if isinstance(sharding, NamedSharding):
                 buf = jax.lax.with_sharding_constraint(buf, sharding)
