@@ -572,15 +572,13 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         tuple((p, int(leaf.size)) for p, leaf in shared),
         tuple((p, int(leaf[0].size)) for p, leaf in per_world),
     )
-
-    def pack(items, lead):
-        if lead == (1,):  # raveled: slices of one packed buffer lying side by side in
-            # this order compile into one copy, not one per field (75 for a hopper)
-            flat = [x.reshape(-1).astype(floats) for _, x in items]
-            return jnp.concatenate([jnp.zeros((0,), floats), *flat]).reshape(1, -1)
-        rows = [x.reshape(*lead, -1).astype(floats) for _, x in items]
-        return jnp.concatenate([jnp.zeros((*lead, 0), floats), *rows], axis=-1)
-
+    # The shared fields raveled, then concatenated: slices of one packed buffer that
+    # lie side by side in this order compile into one copy, not one per field (75 for
+    # a hopper).
+    flat = [x.reshape(-1).astype(floats) for _, x in shared]
+    shared_row = jnp.concatenate([jnp.zeros((0,), floats), *flat]).reshape(1, -1)
+    rows = [x.reshape(n, -1).astype(floats) for _, x in per_world]
+    per_world_rows = jnp.concatenate([jnp.zeros((n, 0), floats), *rows], axis=-1)
     # One result per field (the host writes each in place): slicing one packed
     # result costs XLA a copy per field and step.
     named = (*host.fields, *outputs)
@@ -589,7 +587,7 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         jax.ShapeDtypeStruct((n, 2), jnp.int32),
         *(jax.ShapeDtypeStruct((n, size), floats) for _, size in named),
     )
-    operands = (data._impl.state, pack(shared, (1,)), pack(per_world, (n,)))
+    operands = (data._impl.state, shared_row, per_world_rows)
     if host.ffi:
         bits, flags, *results = native_ffi.call(
             host, call, shapes, *operands, fields, SETCONST_FIELDS
