@@ -71,10 +71,7 @@ def run(task, impl, amplitude):
     return np.stack(qpos), np.stack(rewards), seconds, checks
 
 
-RUNS = {
-    "warp": (joystick.G1_JOYSTICK, joystick.GO1_JOYSTICK_ROUGH),
-    "jax": (joystick.G1_JOYSTICK, joystick.GO1_JOYSTICK_ROUGH),
-}
+RUNS = {impl: (joystick.G1_JOYSTICK, joystick.GO1_JOYSTICK_ROUGH) for impl in ("warp", "jax")}
 
 
 def main(out):
