@@ -64,7 +64,7 @@ def _start_one(
     data = task.initial_state(model, start, jax.random.wrap_key_data(raw_key), *extra)
     if not task.forward_on_reset:
         return data
-    return native.forward(model, data) if native.is_native(data) else mjx.forward(model, data)
+    return native.forward(model, data) if native.is_native(data) else core.MJX_FORWARD(model, data)
 
 
 def draw_starts(
