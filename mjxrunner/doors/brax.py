@@ -79,7 +79,8 @@ class BraxEnv(_BraxEnv):
 
     Args:
       task: a :class:`~mjxrunner.tasks.Task` or a registered task name.
-      impl: MJX implementation, ``"jax"`` or ``"warp"``.
+      impl: ``"jax"``, ``"warp"`` or ``"c"`` (MuJoCo C, one host call per step from
+        inside Brax's programs).
       device: None (JAX's default) or a ``jax.Device`` or platform name.
       model: a scene to use instead of the task's.
       randomization: None, or ``mjxrunner.params.Term`` s redrawn per world on
