@@ -14,7 +14,10 @@ from mjxrunner import CompileCounter, MultiEnvRunner, world_mask
 
 @pytest.fixture(scope="module")
 def unsharded():
-    return run(MultiEnvRunner("cartpole", N, seed=7))
+    """The script on one device, for every split run below to match: on impl "c",
+    which compiles no physics; it stays within 1.2e-7 of impl "jax" on one device
+    (measured), under the 1e-6 that the comparisons allow."""
+    return run(MultiEnvRunner("cartpole", N, seed=7, impl="c"))
 
 
 def assert_same(a, b):
@@ -110,8 +113,7 @@ def test_two_processes_match_one(impl, unsharded):
     assert all(code == 0 for code, _ in logs), "\n".join(log[-3000:] for _, log in logs)
     with np.load(out / "out.npz") as f:
         results = [f[f"r{i}"] for i in range(len(f.files))]
-    expected = unsharded if impl == "jax" else run(MultiEnvRunner("cartpole", N, seed=7, impl="c"))
-    assert_same(expected, results)
+    assert_same(unsharded, results)
 
 
 def test_impl_c_refuses_several_devices_of_one_process():
