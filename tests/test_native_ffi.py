@@ -157,23 +157,31 @@ FALLBACK = textwrap.dedent(
 )
 
 
+def without_compiler(cxx: str, folder, mode: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        native_ffi.CXX_ENV: cxx,
+        native_ffi.CACHE_ENV: str(folder),
+        native_ffi.MODE_ENV: mode,
+        "JAX_PLATFORMS": "cpu",
+    }
+
+
 @pytest.mark.parametrize("cxx", ["false", "no-such-compiler-here"])
 def test_a_failed_build_falls_back_to_pure_callback(cxx, tmp_path):
     """A compiler that fails (or none): a warning, and impl "c" steps through
-    jax.pure_callback; ``MJXRUNNER_HOST_CALL=ffi`` then refuses to run."""
-    env = {
-        **os.environ,
-        native_ffi.CXX_ENV: cxx,
-        native_ffi.CACHE_ENV: str(tmp_path),
-        native_ffi.MODE_ENV: "auto",
-        "JAX_PLATFORMS": "cpu",
-    }
+    jax.pure_callback."""
+    env = without_compiler(cxx, tmp_path, "auto")
     done = subprocess.run(
         [sys.executable, "-c", FALLBACK], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and "FELL BACK" in done.stdout, done.stderr[-3000:]
     assert not list(tmp_path.rglob("*.so")) and not list(tmp_path.rglob("*.tmp"))
-    env[native_ffi.MODE_ENV] = "ffi"
+
+
+def test_a_failed_build_with_ffi_forced_refuses_to_run(tmp_path):
+    """``MJXRUNNER_HOST_CALL=ffi`` and no library: an error, not the fallback."""
+    env = without_compiler("false", tmp_path, "ffi")
     forced = "from mjxrunner import MultiEnvRunner\nMultiEnvRunner('cartpole', 2, impl='c').step()"
     done = subprocess.run(
         [sys.executable, "-c", forced], env=env, capture_output=True, text=True, timeout=300
