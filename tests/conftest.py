@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# SB3 makes a new folder in the temporary directory for every model whose logger is
+# not configured (tests, README, notebooks): one shared folder instead.
+os.environ.setdefault("SB3_LOGDIR", os.path.join(tempfile.gettempdir(), "mjxrunner-tests-sb3"))
 # Two host devices, so the sharding tests run on this CPU; single-device runners use
 # the first one and are unaffected.
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
