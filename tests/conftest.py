@@ -24,7 +24,8 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 # The suite compiles far more than it runs: XLA:CPU's backend at optimization level 0
 # compiles about twice as fast (hopper's env step 56 -> 29 s, its reset 26 -> 9 s, on
 # 2 cores) for steps ~2.7x slower, a good trade at the small batches of tests.
-# Background jobs inherit it; a level already in XLA_FLAGS is kept.
+# Background jobs inherit it (but for two notebooks, test_notebooks.FULL_SPEED); a level
+# already in XLA_FLAGS is kept.
 FAST_COMPILE = "--xla_backend_optimization_level=0"
 if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += f" {FAST_COMPILE}"
