@@ -139,16 +139,18 @@ def test_each_layer_says_what_it_may_import(layer):
 
 def test_old_paths_are_the_moved_modules():
     """A moved module keeps its old path: the same module object, warning unless the
-    README named the path."""
+    README named the path (``mjxrunner.env``, ``mjxrunner.sb3``)."""
     code = (
         "import warnings, mjxrunner\n"
         "with warnings.catch_warnings(record=True) as w:\n"
         "    warnings.simplefilter('always')\n"
-        "    import mjxrunner.env, mjxrunner.runner\n"
+        "    import mjxrunner.env, mjxrunner.runner, mjxrunner.sb3\n"
         "    from mjxrunner import worlds\n"
         "import mjxrunner.rl.env, mjxrunner.doors.runner, mjxrunner.engine.worlds\n"
+        "import mjxrunner.doors.sb3\n"
         "assert mjxrunner.env is mjxrunner.rl.env\n"
         "assert mjxrunner.runner is mjxrunner.doors.runner\n"
+        "assert mjxrunner.sb3 is mjxrunner.doors.sb3\n"
         "assert worlds is mjxrunner.engine.worlds\n"
         "print(sorted(str(x.message) for x in w if x.category is DeprecationWarning))\n"
     )

@@ -12,9 +12,6 @@ over seeds 0-7 and the trained (deterministic) policy's 327-500, 4.8x to 8.8x of
 it; the test asks for 3x.
 """
 
-import subprocess
-import sys
-
 import jax
 import numpy as np
 import pytest
@@ -277,21 +274,6 @@ def test_render_tiles_one_frame_per_world():
 def test_get_images_without_rgb_array_warns(env):
     with pytest.warns(UserWarning, match="rgb_array"):
         assert env.get_images() == [None] * N
-
-
-def test_import_mjxrunner_does_not_import_sb3():
-    code = (
-        "import sys, mjxrunner, mjxrunner.gym\n"
-        "assert 'stable_baselines3' not in sys.modules\n"
-        "import mjxrunner.sb3, mjxrunner.doors.sb3\n"
-        "assert mjxrunner.sb3 is mjxrunner.doors.sb3\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-W", "error::DeprecationWarning:__main__", "-c", code],
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr
 
 
 # --- PPO learns ---------------------------------------------------------------------
