@@ -179,7 +179,8 @@ contact_count = backend.contact_count
 # contain them (a runner's step, an env's reset and step, its restarts) trace each
 # once per process and world shape instead of once per program: an env's step then
 # reuses the forward pass its reset traced (hopper env step: 5.8 -> 4.2 s of
-# tracing). XLA inlines the call, so the compiled programs are the same.
+# tracing). XLA inlines the call: a hopper env over 60 steps with restarts gave the
+# same observations and qpos bit for bit with and without these jits.
 MJX_STEP = jax.jit(mjx.step)
 MJX_FORWARD = jax.jit(mjx.forward)
 
