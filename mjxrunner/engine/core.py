@@ -121,6 +121,16 @@ def without_contacts(model: mjx.Model, collide: jax.Array) -> mjx.Model:
     return model.tree_replace(changes) if changes else model
 
 
+# MJX's step and forward pass behind a jit of their own, so that the programs that
+# contain them (a runner's step, an env's reset and step, its restarts) trace each
+# once per process and world shape instead of once per program: an env's step then
+# reuses the forward pass its reset traced (hopper env step: 5.8 -> 4.2 s of
+# tracing). XLA inlines the call: a hopper env over 60 steps with restarts gave the
+# same observations and qpos bit for bit with and without these jits.
+MJX_STEP = jax.jit(mjx.step)
+MJX_FORWARD = jax.jit(mjx.forward)
+
+
 def physics_step(
     model: mjx.Model,
     data: mjx.Data,
@@ -174,15 +184,6 @@ def physics_step(
 
 
 contact_count = backend.contact_count
-
-# MJX's step and forward pass behind a jit of their own, so that the programs that
-# contain them (a runner's step, an env's reset and step, its restarts) trace each
-# once per process and world shape instead of once per program: an env's step then
-# reuses the forward pass its reset traced (hopper env step: 5.8 -> 4.2 s of
-# tracing). XLA inlines the call: a hopper env over 60 steps with restarts gave the
-# same observations and qpos bit for bit with and without these jits.
-MJX_STEP = jax.jit(mjx.step)
-MJX_FORWARD = jax.jit(mjx.forward)
 
 
 def step(
