@@ -153,6 +153,42 @@ def _one_torch_thread():
     yield
 
 
+# JAX's in-process caches that hold compiled executables (or lowerings, which hold
+# them once compiled), by the name of the function each caches.
+_EXECUTABLE_CACHES = (
+    "_cached_compilation",
+    "_cached_lowering_to_hlo",
+    "_pjit_lower",
+    "xla_primitive_callable",
+)
+
+
+def free_executables() -> None:
+    """Drops every compiled executable JAX holds in memory, keeping its traces.
+
+    ``jax.clear_caches`` drops the traced jaxprs as well, so each module traced
+    MJX's step again for every model it used (~6 s for the hopper's env). JAX
+    registers its caches by the function each wraps (``jax._src.util._caches``, JAX
+    0.10); where that changes, this falls back to ``jax.clear_caches``.
+    """
+    from jax._src import pjit, util
+    from jax._src.lib import _jax
+
+    caches = [
+        cache
+        for cache, name in list(util._caches.items())
+        if any(f"function {wrapped} at" in name for wrapped in _EXECUTABLE_CACHES)
+    ]
+    if len(caches) != len(_EXECUTABLE_CACHES):
+        jax.clear_caches()
+        return
+    for cache in caches:
+        cache.cache_clear()
+    pjit._cpp_pjit_cache_fun_only.clear()
+    pjit._cpp_pjit_cache_explicit_attributes.clear()
+    _jax.PjitFunctionCache.clear_all()
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _free_executables_between_modules():
     """Drops JAX's in-memory compiled functions after each test module.
@@ -160,10 +196,10 @@ def _free_executables_between_modules():
     A whole suite in one process otherwise keeps every executable it ever built;
     after some hundreds of them, XLA:CPU crashed here while serializing one more
     for the persistent cache. Later modules read what they share back from that
-    cache, which costs far less than compiling.
+    cache, which costs far less than compiling, and keep the traces.
     """
     yield
-    jax.clear_caches()
+    free_executables()
 
 
 # --- env states of tasks on a terrain, placed by hand -------------------------------
