@@ -3,7 +3,9 @@ restart observes only the worlds it restarts, gathered ``restart_slots`` at a ti
 
 The task's observation passes through a host callback that records how many worlds
 each call sees (under ``vmap`` the callback gets the whole batch at once), so the
-test reads what the compiled step did, not what it was meant to do.
+test reads what the compiled step did, not what it was meant to do. The envs run
+on impl "c": the env's own work is the same code on every impl, and MuJoCo's C
+engine needs no physics compiled.
 """
 
 import jax
@@ -33,6 +35,7 @@ def counted_observation(model, data):
 # the time limit only, so the test chooses which worlds restart in which step.
 TASK = BASE.replace(observation=counted_observation, max_episode_steps=LIMIT)
 ZERO = np.zeros((N, 1), np.float32)
+C = {"impl": "c", "num_threads": 1}
 
 
 def calls(fn, *args):
@@ -44,7 +47,7 @@ def calls(fn, *args):
 @pytest.fixture(scope="module")
 def env():
     assert not BASE.has_info  # the observation above takes (model, data)
-    return E.make(TASK, N, autoreset="same_step", restart_slots=SLOTS)
+    return E.make(TASK, N, autoreset="same_step", restart_slots=SLOTS, **C)
 
 
 def test_reset_observes_every_world_once(env):
@@ -82,7 +85,7 @@ def test_a_step_observes_each_world_once_and_restarts_only_the_ended(env, mode):
 
 def test_slot_count_changes_the_cost_not_the_trajectory(env):
     """The same run with every restart in one pass over the whole batch."""
-    whole = E.make(TASK, N, autoreset="same_step", restart_slots=N)
+    whole = E.make(TASK, N, autoreset="same_step", restart_slots=N, **C)
     out = []
     for e in (env, whole):
         s = E.jit_reset(e, jax.random.key(1))
