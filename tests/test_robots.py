@@ -36,7 +36,7 @@ PARITY_ATOL = 2e-3
 # where one of its eight foot contacts opens, a 0.1 rad target wave leaves it
 # 0.3 rad off (float64 too), while Warp stays within 4e-6 of MuJoCo. Standing
 # (zero targets: gravity, contacts, servos and joint friction) it matches to 5e-5.
-AMPLITUDE = {("go1", "jax"): 0.1, ("go1", "warp"): 0.1, ("g1", "warp"): 0.1, ("g1", "jax"): 0.0}
+AMPLITUDE = {("go1", "jax"): 0.1, ("go1", "warp"): 0.1, ("g1", "jax"): 0.0}
 
 
 @pytest.mark.parametrize("name", sorted(ROBOTS))
@@ -76,8 +76,14 @@ def test_a_missing_extra_says_how_to_install_it(monkeypatch):
         models.load("go1")
 
 
-@pytest.mark.parametrize("impl", ["jax", "warp"])
-@pytest.mark.parametrize("name", sorted(ROBOTS))
+# The G1 on warp is checked by test_joystick_tasks_on_mjx: its task env there steps
+# the G1 scene 200 physics steps under the same 0.1 rad wave and stays within
+# PARITY_ATOL of impl "c", which is native MuJoCo bit for bit (test_native.py). Warp
+# on a CPU steps the G1 slowly (~0.1 s a step), so it runs once, not twice.
+MJX_PARITY = [("g1", "jax"), ("go1", "jax"), ("go1", "warp")]
+
+
+@pytest.mark.parametrize(("name", "impl"), MJX_PARITY, ids=[f"{n}-{i}" for n, i in MJX_PARITY])
 def test_mjx_follows_native_mujoco(name, impl):
     m = models.load(name)
     amplitude = AMPLITUDE[name, impl]
