@@ -2,6 +2,7 @@
 JAX's persistent compilation cache and Warp's kernel cache are on."""
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -285,11 +286,14 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 def start(script: str, *args: str, out: Path, env: dict[str, str] | None = None):
-    """Runs ``tests/script`` with ``args``; stdout and stderr go to a log in ``out``."""
+    """Runs ``tests/script`` with ``args``; stdout and stderr go to a log in ``out``,
+    and its temporary files (the notebooks' and the documentation's examples make
+    folders of their own) into ``out/tmp``."""
     log = open(out / f"{Path(script).stem}-{len(list(out.glob('*.log')))}.log", "w")
+    (out / "tmp").mkdir(exist_ok=True)
     proc = subprocess.Popen(
         [sys.executable, str(HERE / script), *args],
-        env=env or subprocess_env(),
+        env={**(env or subprocess_env()), "TMPDIR": str(out / "tmp")},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -332,9 +336,14 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    """Stops the jobs still running and removes the folders of those that succeeded
+    (a run left ~15 of them, up to 13 MB each); a failed job's folder stays, to read."""
     with _LOCK:
         for job in _JOBS.values():
             job.procs = job.procs or []  # nothing starts any more
             for p in job.procs:
                 if p.poll() is None:
                     p.kill()
+                    p.wait()
+            if job.out is not None and all(p.returncode == 0 for p in job.procs):
+                shutil.rmtree(job.out, ignore_errors=True)
