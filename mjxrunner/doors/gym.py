@@ -161,7 +161,8 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
 
     Compiled programs: the door turns JAX's persistent compilation cache on in
     mjxrunner's cache folder (:func:`mjxrunner.engine.cache.use_compile_cache`)
-    unless a cache folder is set already; ``MJXRUNNER_COMPILE_CACHE=0`` keeps it off.
+    unless a cache folder is set already, and keeps the package's own programs whole
+    (:mod:`mjxrunner.engine.programs`); ``MJXRUNNER_COMPILE_CACHE=0`` keeps both off.
 
     Spaces: ``single_observation_space`` is an unbounded float32 ``Box``, or for a
     task with observation terms a ``Dict`` of them (integer terms such as uint8

@@ -29,8 +29,9 @@ def use_compile_cache() -> str | None:
 
     The command line and the Gymnasium door call it: a second run of the same env
     reads its compiled programs back instead of compiling them again (minutes for
-    a robot on impl "jax"). The library's other entry points leave JAX's settings
-    to the user.
+    a robot on impl "jax"). It also keeps the package's own programs whole, so a
+    new process skips tracing them too (:mod:`mjxrunner.engine.programs`). The
+    library's other entry points leave JAX's settings to the user.
     """
     import jax  # here: this module is also read by code that never needs JAX
 
@@ -40,4 +41,22 @@ def use_compile_cache() -> str | None:
         folder = root() / "jax"
         folder.mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", str(folder))
+    if _programs is None:
+        keep_programs(root() / "programs")
     return jax.config.jax_compilation_cache_dir
+
+
+_programs: Path | None = None
+
+
+def keep_programs(folder: str | os.PathLike | None) -> None:
+    """Keeps the package's compiled programs in ``folder`` from now on (None: stops);
+    :func:`use_compile_cache` keeps them in ``root() / "programs"``. See
+    :mod:`mjxrunner.engine.programs`."""
+    global _programs
+    _programs = None if folder is None else Path(folder)
+
+
+def programs_folder() -> Path | None:
+    """Where the package's compiled programs are kept, or None when they are not."""
+    return _programs

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
+from mjxrunner.engine import programs
+
 _FLAT, _ROWS, _OWN = "flat", "rows", "own"
 
 
@@ -165,9 +167,10 @@ _COMPILED: dict[tuple, Any] = {}
 
 
 def compiled(key: tuple, make: Callable[[], Any]) -> Any:
-    """The function ``make()`` made once per ``key`` (layouts in it) and process."""
+    """The jitted function ``make()`` made once per ``key`` (a name first, layouts
+    in it) and process; its programs kept on disk by ``key`` (:mod:`.programs`)."""
     if key not in _COMPILED:
-        _COMPILED[key] = make()
+        _COMPILED[key] = programs.kept(make(), key[0])
     return _COMPILED[key]
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from mujoco import mjx
 
 from mjxrunner import tasks as tasks_
-from mjxrunner.engine import backend, checks, core, params, sharding
+from mjxrunner.engine import backend, checks, core, params, programs, sharding
 from mjxrunner.engine import batch as engine
 from mjxrunner.engine import guards as guards_
 from mjxrunner.engine import options as options_
@@ -564,7 +564,7 @@ def flat_step(env_def: Any, state_def: Any, pack: Any = None) -> Any:
                 raise AssertionError(f"the step changed the state's structure: {new_def}")
             return leaves, None if pack is None else pack(new)
 
-        _FLAT[key] = jax.jit(step_leaves)
+        _FLAT[key] = programs.kept(jax.jit(step_leaves), "env.step")
     return _FLAT[key]
 
 
@@ -579,7 +579,7 @@ def jit_step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
 # Compiled once per process and shared (the doors use them): the env is an argument
 # and its autoreset mode an array, so every env of the same task and size, in any
 # mode, runs one executable per function.
-jit_reset = jax.jit(reset)
+jit_reset = programs.kept(jax.jit(reset), "env.reset")
 
 
-jit_reset_worlds = jax.jit(reset_worlds)
+jit_reset_worlds = programs.kept(jax.jit(reset_worlds), "env.reset_worlds")
