@@ -95,6 +95,13 @@ def test_a_kept_program_donates_what_the_jitted_one_donates(keeping):
         np.testing.assert_array_equal(f(x), -np.arange(4.0))
         assert x.is_deleted()
     assert programs.stats()["read"] >= 1
+    # The same function jitted without donation is another program: never the one
+    # that deletes its argument.
+    kept = programs.kept(jax.jit(jnp.negative), "negative")
+    x = jnp.arange(4.0)
+    np.testing.assert_array_equal(kept(x), -np.arange(4.0))
+    assert not x.is_deleted()
+    assert len(list(keeping.glob("negative-*.bin"))) == 2
 
 
 def test_a_damaged_file_is_exported_again(keeping):

@@ -300,7 +300,29 @@ def key(jitted: Callable, args: tuple) -> str:
     avals = [(str(jax.typeof(x)), getattr(jax.typeof(x), "weak_type", False)) for x in leaves]
     placements = [_placement(x) for x in leaves]
     function = getattr(jitted, "__wrapped__", jitted)
-    return fingerprint([_process(), function, treedef, avals, placements])
+    return fingerprint([_process(), function, _options(jitted), treedef, avals, placements])
+
+
+def _options(jitted: Callable) -> list[str]:
+    """The jit's own options (donations above all: a program kept with them would
+    delete the arguments of a caller that keeps them)."""
+    info = getattr(jitted, "_jit_info", None)
+    if info is None:
+        raise NotKept("the jit's options cannot be read")
+    names = (
+        "static_argnums",
+        "static_argnames",
+        "donate_argnums",
+        "donate_argnames",
+        "keep_unused",
+        "inline",
+        "device",
+        "backend",
+        "compiler_options_kvs",
+        "in_shardings_leaves",
+        "out_shardings_leaves",
+    )
+    return [f"{name}={getattr(info, name)!r}" for name in names]
 
 
 # --- keeping ------------------------------------------------------------------------
@@ -333,9 +355,7 @@ def _export(jitted: Callable, args: tuple) -> tuple[bytes, Any]:
     :class:`NotKept` where it cannot be kept."""
     leaves, in_tree = jax.tree.flatten(args)
     lowered = jitted.lower(*args)
-    donated = tuple(
-        i for i, info in enumerate(jax.tree.leaves(lowered.args_info)) if info.donated
-    )
+    donated = tuple(i for i, info in enumerate(jax.tree.leaves(lowered.args_info)) if info.donated)
     out_tree = lowered.out_tree
 
     def flat(*leaves):
