@@ -31,6 +31,12 @@ FAST_COMPILE = "--xla_backend_optimization_level=0"
 if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += f" {FAST_COMPILE}"
 CACHE = Path(os.environ.get("MJXRUNNER_CACHE", Path.home() / ".cache" / "mjxrunner"))
+# The suite sets JAX's cache itself (below), and keeps no programs whole where the
+# Gymnasium door or the command line would (mjxrunner.engine.programs): keeping one
+# costs its export and a compile of its module's call, and pays off only in a later
+# process; tests/test_programs.py turns it on where it is what the test is about.
+# Background jobs inherit the setting.
+os.environ.setdefault("MJXRUNNER_COMPILE_CACHE", "0")
 
 import jax  # noqa: E402
 import mujoco  # noqa: E402

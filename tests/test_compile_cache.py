@@ -30,7 +30,11 @@ def test_the_gym_door_uses_the_compile_cache(tmp_path, extra, expected):
     # this suite's own cache settings are left out: the probe is a fresh user. It
     # builds its door on impl "jax", which compiles nothing big before the setting:
     # impl "c" would first build its host library into this fresh cache (8 s each)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("JAX_") and k != "MJXRUNNER_COMPILE_CACHE"
+    }
     env.update(MJXRUNNER_CACHE_DIR=str(tmp_path / "mine"), JAX_PLATFORMS="cpu")
     env.update({k: v.replace("{tmp}", str(tmp_path)) for k, v in extra.items()})
     out = subprocess.run(
