@@ -198,6 +198,8 @@ def _walk(obj: Any, h: Any, path: set[int]) -> None:
         put("builtin", _module_of(obj), getattr(obj, "__qualname__", obj.__name__))
     elif hasattr(obj, "__wrapped__") and callable(obj):  # jit and other wrappers
         put("wrapped", type(obj).__name__)
+        if hasattr(obj, "lower"):  # a jit: its options shape its program
+            put(*_options(obj))
         walk(obj.__wrapped__)
     else:
         walk(type(obj))
@@ -293,14 +295,14 @@ def _placement_of(sharding: Any) -> Any:
 
 def key(jitted: Callable, args: tuple) -> str:
     """The digest a program of ``jitted`` (a ``jax.jit`` function) for ``args`` is
-    kept by: its function with all it closed over, this process's settings (see
+    kept by: the jit's options and its function with all it closed over (jits among
+    that too, options and all), this process's settings (see
     :func:`_process`), and the arguments' structure, shapes, dtypes and placements.
     Raises :class:`NotKept` where that cannot be described by value."""
     leaves, treedef = jax.tree.flatten(args)
     avals = [(str(jax.typeof(x)), getattr(jax.typeof(x), "weak_type", False)) for x in leaves]
     placements = [_placement(x) for x in leaves]
-    function = getattr(jitted, "__wrapped__", jitted)
-    return fingerprint([_process(), function, _options(jitted), treedef, avals, placements])
+    return fingerprint([_process(), jitted, treedef, avals, placements])
 
 
 def _options(jitted: Callable) -> list[str]:
@@ -354,9 +356,9 @@ def _export(jitted: Callable, args: tuple) -> tuple[bytes, Any]:
     """``(file contents, program)`` of ``jitted`` for ``args``; raises
     :class:`NotKept` where it cannot be kept."""
     leaves, in_tree = jax.tree.flatten(args)
-    lowered = jitted.lower(*args)
-    donated = tuple(i for i, info in enumerate(jax.tree.leaves(lowered.args_info)) if info.donated)
-    out_tree = lowered.out_tree
+    traced = jitted.trace(*args)  # traced once: the export below reuses it; lowered once
+    donated = tuple(i for i, info in enumerate(jax.tree.leaves(traced.args_info)) if info.donated)
+    out_tree = jax.tree.structure(traced.out_info)
 
     def flat(*leaves):
         return jax.tree.leaves(jitted(*in_tree.unflatten(leaves)))
