@@ -241,7 +241,10 @@ def test_packed_steps_equal_steps_over_the_pytree(monkeypatch):
         assert r._packs == packs
         for a in actions:
             r.set_actions(a)
+            # Packed, controls wait for the step: a second call merges with the first.
+            r.set_actions(a[:2] * 0.5, env_ids=[3, 0])
             r.step()
+            r.step()  # none set: the controls stay
             r.reset_envs([1])
             r.set_actions(a[::-1], env_ids=[0, 2, 1, 3])
             r.step(substeps=2)

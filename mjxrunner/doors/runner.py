@@ -84,12 +84,15 @@ PACK_LIMIT = 2 << 20
 
 def _packed_advance(config, model_layout: Layout, layout: Layout, substeps: int):
     """``jit`` of :func:`engine.advance` on packed buffers: ``(model buffers, ref,
-    state buffers, scratch buffers, dt, collide) -> new state buffers``, the scratch
-    donated. For steps that leave the model as it is (no redraw in the step)."""
+    state buffers, scratch buffers, dt, collide, mask, controls) -> new state
+    buffers``, the scratch donated; the controls of the worlds in ``mask`` are written
+    first (what ``set_actions`` left for the step: ``MultiEnvRunner._write_ctrl``).
+    For steps that leave the model as it is (no redraw in the step)."""
 
-    def advance(model_buffers, ref, buffers, scratch, dt, collide):
+    def advance(model_buffers, ref, buffers, scratch, dt, collide, mask, controls):
         del scratch
         model, state = model_layout.unflatten(model_buffers), layout.unflatten(buffers)
+        state = state.replace(ctrl=_set_ctrl(state.ctrl, mask, controls))
         _, new = engine.advance(config, model, None, ref, state, None, dt, substeps, collide)
         return layout.pack(jax.tree.leaves(new))
 
@@ -161,6 +164,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
 
     def _set_engine(self, eng: engine.Engine) -> None:
         self._frame, self._fresh, self._buffers, self._layout_of_state = eng, True, None, None
+        self._controls: tuple[np.ndarray, np.ndarray] | None = None  # see _write_ctrl
+        self._unset: tuple[np.ndarray, np.ndarray] | None = None  # see _no_controls
         self._model_pack: tuple | None = None  # (model, its layout, its buffers)
         self._advancers: dict[int, Any] = {}  # substeps -> packed step (layouts, config)
         self._scratch = _copy(eng.state)
@@ -173,9 +178,13 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
     # ``_frame`` is the engine; its state is current when ``_fresh``. ``_buffers``
     # (when not None) are the current state packed by ``_layout_of_state``. After a
     # packed step only the buffers are current, until something reads the state.
+    # ``_controls`` are controls set on packed buffers and not written yet: the next
+    # step writes them, or the next read of the state does.
 
     @property
     def _eng(self) -> engine.Engine:
+        if self._controls is not None:
+            self._flush_controls()
         if not self._fresh:
             state = unpacked(self._layout_of_state, self._buffers)
             self._frame, self._fresh = self._frame.replace(state=state), True
@@ -185,6 +194,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
     def _eng(self, eng: engine.Engine) -> None:
         if not (self._fresh and eng.state is self._frame.state):
             self._buffers = None  # a new state: packed again by the next step
+            self._controls = None  # it was made from a read, which wrote them
         if eng.config is not self._frame.config:
             self._advancers = {}  # the packed steps close over the config
         self._frame, self._fresh = eng, True
@@ -352,16 +362,38 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
     # --- controls and flags -----------------------------------------------------
 
     def _write_ctrl(self, mask: np.ndarray, full: np.ndarray) -> None:
-        if self._buffers is not None:  # packed: the controls alone are written
-            self._buffers, ctrl = self._write_packed_ctrl(self._buffers, mask, full)
-            if self._fresh:
-                frame = self._frame
-                self._frame = frame.replace(state=frame.state.replace(ctrl=ctrl))
+        if self._buffers is not None:
+            # Packed: kept for the next step's program to write, which saves a
+            # program call per step (the step loop's set_actions + step).
+            if self._controls is not None:
+                before, values = self._controls
+                full = np.where(mask[:, None], full, values)
+                mask = mask | before
+            self._controls = (mask, full)
             return
         state = self.state
         self._eng = self._eng.replace(
             state=state.replace(ctrl=_set_ctrl_fn(state.ctrl, mask, full))
         )
+
+    def _no_controls(self) -> tuple[np.ndarray, np.ndarray]:
+        """A packed step's controls when none were set: no world's (one program
+        serves both)."""
+        n, width = self.num_envs, self.action_dim()
+        cached = self._unset
+        if cached is None or cached[1].shape != (n, width):
+            dtype = backend.float_dtype()
+            cached = self._unset = (np.zeros((n,), bool), np.zeros((n, width), dtype))
+        return cached
+
+    def _flush_controls(self) -> None:
+        """Writes the controls kept by ``_write_ctrl`` into the packed buffers (and
+        the state, if current)."""
+        (mask, full), self._controls = self._controls, None
+        self._buffers, ctrl = self._write_packed_ctrl(self._buffers, mask, full)
+        if self._fresh:
+            frame = self._frame
+            self._frame = frame.replace(state=frame.state.replace(ctrl=ctrl))
 
     def set_done_flags(self, terminated: Any, truncated: Any) -> None:
         """Replaces the ``(num_envs,)`` bool ``terminated`` and ``truncated`` flags."""
@@ -419,7 +451,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
             scratch = scratch[1]
         else:  # buffers of the same signature: the step compiles once, not twice
             scratch = _copy(buffers)
-        new = advance(model_buffers, self._frame.ref, buffers, scratch, dt, collide)
+        controls, self._controls = self._controls or self._no_controls(), None
+        new = advance(model_buffers, self._frame.ref, buffers, scratch, dt, collide, *controls)
         # The scratch is the old buffers (donated by the next step); its pytree is
         # unpacked only if next_data is read.
         self._scratch_state, self._scratch_packed = None, (layout, buffers)
@@ -433,7 +466,9 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         if collide is None:
             collide = self._collisions
         if isinstance(collide, (bool, np.bool_)):
-            flags = np.full((n,), bool(collide))
+            if collide:
+                return None
+            flags = np.full((n,), False)
         else:
             flags = checks.bool_vector(collide, "collide", (n,))
         if flags.all():

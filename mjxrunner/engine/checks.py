@@ -184,7 +184,10 @@ def world_rows(
     ``(num_envs, width)``) or for unique ``env_ids`` (``(len(env_ids), width)``, row
     ``k`` for world ``env_ids[k]``): ``(num_envs,)`` bool of the worlds given and
     ``(num_envs, width)`` finite values of ``dtype``, zero elsewhere."""
-    ids = np.arange(num_envs) if env_ids is None else env_ids_(env_ids, num_envs)
+    if env_ids is None:  # every world: no scatter (this runs before every step)
+        rows = finite_array(values, name, (num_envs, width), dtype)
+        return np.ones((num_envs,), bool), rows
+    ids = env_ids_(env_ids, num_envs)
     rows = finite_array(values, name, (len(ids), width), dtype)
     full = np.zeros((num_envs, width), rows.dtype)
     full[ids] = rows
