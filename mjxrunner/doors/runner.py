@@ -18,7 +18,10 @@ threads: 256 hoppers or ants gained 10-25%, 1,024 hoppers and ants and 256
 humanoids lost 10-20%). The double buffer is then two sets of packed buffers; the
 state's pytree is unpacked into arrays of its own when something reads it, at
 most once per step, so no array handed out is ever donated. Every other
-operation works on the pytree, and the next step packs it again.
+operation works on the pytree, and the next step packs it again. On packed buffers
+``set_actions`` only keeps the controls: the next step's program writes them (one
+program call per step of a step loop, not two), and so does any read of the state
+before it.
 """
 
 from __future__ import annotations
