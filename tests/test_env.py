@@ -228,6 +228,9 @@ def test_reset_worlds_restarts_only_the_masked_worlds(env, runs):
     for bad in (np.ones(N + 1, bool), np.ones(N, int)):
         with pytest.raises(ValueError, match=rf"mask must be bool of shape \({N},\)"):
             E.reset_worlds(off, s, bad)
+    for bad in (",", object()):  # JAX reads a string as a dtype name
+        with pytest.raises(TypeError, match=rf"mask must be bool of shape \({N},\)"):
+            E.reset_worlds(off, s, bad)
     assert leaves_equal(jax.device_get(s), before)  # a rejected call changed nothing
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_hostile import (
     IDS,
@@ -309,6 +309,7 @@ def test_gym_reset_arguments(gym_door, seed, options):
 
 @SETTINGS
 @given(values=st.one_of(arrays(shapes=SHAPES), NOT_ARRAYS))
+@example(values=",")  # a string JAX reads as a dtype name: once a SyntaxError
 def test_brax_step_actions(brax, values):
     env, step, state = brax
     arr = as_array(values)

@@ -454,16 +454,24 @@ def reset_from_keys(
     return sharded(reset_local, env, keys, world, obs_norm, per_world=(0, 1))
 
 
+def _array(value: Any, name: str, expected: str) -> jax.Array:
+    """``jnp.asarray(value)``, or a TypeError naming ``name``. A string is refused
+    first: JAX reads it as a dtype name (``","`` raised a SyntaxError)."""
+    if not isinstance(value, (str, bytes)):
+        try:
+            return jnp.asarray(value)
+        except (TypeError, ValueError):
+            pass
+    got = getattr(value, "dtype", type(value).__name__)
+    raise TypeError(f"{name} must be {expected}, got {got}")
+
+
 def check_action(env: Env, action: Any) -> jax.Array:
     """``action`` as an array of ``(num_envs, nu)`` real numbers (traceable: values
     are not read; a NaN/Inf trips the guard in the step)."""
     if isinstance(action, np.ndarray) and not action.dtype.isnative:  # JAX takes native only
         action = action.astype(action.dtype.newbyteorder("="))
-    try:
-        action = jnp.asarray(action)
-    except (TypeError, ValueError):
-        got = getattr(action, "dtype", type(action).__name__)
-        raise TypeError(f"action must be an array of real numbers, got {got}") from None
+    action = _array(action, "action", "an array of real numbers")
     if action.shape != (env.num_envs, env.action_size):
         raise ValueError(
             f"action must have shape (num_envs, nu) = {(env.num_envs, env.action_size)}, "
@@ -511,7 +519,7 @@ def reset_worlds(env: Env, state: EnvState, mask: jax.Array) -> EnvState:
       Observation statistics scale the new observations but do not move (each
       step counts every world once).
     """
-    mask = jnp.asarray(mask)
+    mask = _array(mask, "mask", f"bool of shape ({env.num_envs},)")
     if mask.dtype != bool or mask.shape != (env.num_envs,):
         raise ValueError(
             f"mask must be bool of shape ({env.num_envs},), got {mask.dtype} {mask.shape}"
