@@ -326,6 +326,8 @@ def markdown(record: dict) -> str:
         "- world-steps/s, medians; one `mj_step` per world per step (tasks with "
         "`substeps=1`); random controls; `mjx` is MJX impl jax in float32, the rest "
         "step MuJoCo C in float64",
+        f"- MuJoCo's timers (`mjcb_time`): {record['mujoco_timers']} while measuring, for "
+        "every variant alike (impl c turns them off for the process)",
         "- `/r100`: ratio to `mujoco.rollout` over 100 steps per call; `/r1`: ratio "
         "to `mujoco.rollout` called once per step; `/b1`: ratio to `mujoco.batch`'s "
         "step called once per step (exact state, nothing around it)",
@@ -478,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_probe(kind, model, int(n), int(threads))))
         return 0
 
-    from mjxrunner.engine import backend, models
+    from mjxrunner.engine import backend, models, native
 
     m = models.load_any(args.models[0])
     info = backend.Backend.make(m, 1, "c", "cpu", num_threads=args.threads).info()
@@ -507,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
                     record["probes"].append(probe(kind, model, n, args.threads, args.probe_timeout))
                     print(f"probe {record['probes'][-1]}", file=sys.stderr, flush=True)
     record["host"]["load_end"] = _load()
+    record["mujoco_timers"] = "on" if native.timers_on() else "off"
     page = markdown(record)
     print(page)
     if args.out:

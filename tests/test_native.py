@@ -264,6 +264,40 @@ def test_env_trajectory_equals_native(autoreset):
     assert compared > 100 and restarted > 0  # both paths were exercised
 
 
+def _timed_step(m: mujoco.MjModel) -> float:
+    """Seconds MuJoCo's timer measured for one mj_step of a user's own data."""
+    d = mujoco.MjData(m)
+    mujoco.mj_step(m, d)
+    return d.timer[mujoco.mjtTimer.mjTIMER_STEP].duration
+
+
+def test_mujoco_timers_are_off_under_impl_c(monkeypatch):
+    action = np.full((2, 1), 0.3, np.float32)
+    r = MultiEnvRunner("cartpole", 2, impl="c", num_threads=1)
+    m = models.load("cartpole")
+    assert not native.timers_on() and r.backend_info["mujoco_timers"] == "off"
+    assert _timed_step(m) == 0.0  # MuJoCo C's own default: no clock
+    r.set_actions(action)
+    r.step()
+    try:
+        native.set_timers(True)
+        assert native.timers_on() and r.backend_info["mujoco_timers"] == "on"
+        assert _timed_step(m) > 0.0
+        timed = MultiEnvRunner("cartpole", 2, impl="c", num_threads=1)  # the same host
+        assert native.timers_on()
+        timed.set_actions(action)
+        timed.step()  # the same physics with the clock read
+        np.testing.assert_array_equal(exact(timed.state.data), exact(r.state.data))
+        monkeypatch.setenv(native.TIMERS_ENV, "1")
+        native.Host(m, 1, False)  # a host made now keeps them
+        assert native.timers_on()
+        monkeypatch.delenv(native.TIMERS_ENV)
+        native.Host(m, 1, False)
+        assert not native.timers_on()
+    finally:
+        native.set_timers(False)
+
+
 def test_impl_spellings_and_threads():
     r = MultiEnvRunner("cartpole", 2, impl="cpp", num_threads=1)
     assert r.impl == "c"

@@ -302,6 +302,7 @@ class Backend:
             # How each step reaches MuJoCo: the C++ FFI handler, or jax.pure_callback
             # where it could not be built (see mjxrunner.engine.native_ffi).
             info["host_call"] = native_ffi.host_call()
+            info["mujoco_timers"] = "on" if native.timers_on() else "off"
         return info
 
     def describe_overflow(self, bits: np.ndarray) -> str:

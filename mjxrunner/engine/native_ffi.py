@@ -94,7 +94,7 @@ def _mujoco_dir() -> Path:
     return Path(mujoco.__file__).parent
 
 
-def _mujoco_library() -> Path:
+def mujoco_library() -> Path:
     """The MuJoCo shared library inside the installed package (the one Python's
     bindings use: the handler works on their models)."""
     found = sorted(_mujoco_dir().glob("libmujoco.so.*"))
@@ -104,7 +104,7 @@ def _mujoco_library() -> Path:
 
 
 def _command(output: Path) -> list[str]:
-    lib = _mujoco_library()
+    lib = mujoco_library()
     return [
         *compiler(),
         "-std=c++17",
@@ -133,7 +133,7 @@ def library_path() -> Path:
     for part in (
         mujoco.__version__,
         jaxlib.__version__,
-        str(_mujoco_library()),
+        str(mujoco_library()),
         " ".join(_command(Path("out.so"))),
     ):
         key.update(b"\0" + part.encode())
