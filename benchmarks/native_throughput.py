@@ -468,6 +468,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-probes", action="store_true", help="skip compile and memory probes")
+    p.add_argument(
+        "--mujoco-timers",
+        choices=("off", "on"),
+        default="off",
+        help="MuJoCo's profiling timers for every variant: off (what impl c leaves) or on "
+        "(as `import mujoco` leaves them)",
+    )
     p.add_argument("--probe-timeout", type=float, default=600)
     p.add_argument("--out", type=Path, help="write the markdown page here")
     p.add_argument("--json", type=Path, help="also write the raw record as JSON here")
@@ -482,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from mjxrunner.engine import backend, models, native
 
+    if args.mujoco_timers == "on":  # every host made here keeps them
+        os.environ[native.TIMERS_ENV] = "1"
+        native.set_timers(True)
     m = models.load_any(args.models[0])
     info = backend.Backend.make(m, 1, "c", "cpu", num_threads=args.threads).info()
     shown = sys.argv[1:] if argv is None else argv
