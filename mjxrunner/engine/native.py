@@ -309,6 +309,7 @@ TIMERS_ENV = "MJXRUNNER_MUJOCO_TIMERS"
 _clock: list[int | None] = []  # the timer function `import mujoco` installed, once read
 
 
+@functools.cache
 def _timer_slot() -> ctypes.c_void_p:
     """MuJoCo's ``mjcb_time``: the clock its ``TM_START``/``TM_END`` call, or NULL."""
     lib = ctypes.CDLL(str(native_ffi.mujoco_library()))  # the bindings' own copy
