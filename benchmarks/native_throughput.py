@@ -492,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.mujoco_timers == "on":  # every host made here keeps them
         os.environ[native.TIMERS_ENV] = "1"
         native.set_timers(True)
+    else:
+        native.default_timers()
     m = models.load_any(args.models[0])
     info = backend.Backend.make(m, 1, "c", "cpu", num_threads=args.threads).info()
     shown = sys.argv[1:] if argv is None else argv

@@ -20,7 +20,7 @@ import pytest
 from conftest import load_benchmark, slider_xml
 
 from mjxrunner import backend_info
-from mjxrunner.engine import backend, cpu_fusion
+from mjxrunner.engine import backend, cpu_fusion, native
 from mjxrunner.tools import bench
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,6 +99,26 @@ def report_c():
     return bench.run(
         slider_xml(4), [N], STEPS, repeats=REPEATS, impl="cpp", num_threads=1, progress=False
     )
+
+
+def test_impl_c_measures_the_floor_under_its_own_timer_setting():
+    native.set_timers(True)  # as `import mujoco` leaves them
+    try:
+        report = bench.run(
+            slider_xml(4),
+            [N],
+            STEPS,
+            repeats=1,
+            impl="c",
+            num_threads=1,
+            variants=["native"],
+            progress=False,
+        )
+        # No runner was made, yet mujoco.rollout ran as beside impl c's worlds.
+        assert report["backend"]["mujoco_timers"] == "off" and not native.timers_on()
+        assert _by_variant(report)["native"]["status"] == "ok"
+    finally:
+        native.default_timers()
 
 
 def test_impl_c_beside_mjx_and_mujoco_rollout(report_c):

@@ -339,7 +339,10 @@ def timers_on() -> bool:
     return _timer_slot().value is not None
 
 
-def _timers_for_host() -> None:
+def default_timers() -> None:
+    """What making a host does to MuJoCo's timers: off, unless
+    ``MJXRUNNER_MUJOCO_TIMERS=1``. A measurement calls it first, so that every
+    variant it compares (``mujoco.rollout`` included) runs under one setting."""
     if os.environ.get(TIMERS_ENV, "").strip() != "1":
         set_timers(False)
 
@@ -385,7 +388,7 @@ class Host:
             return host
 
     def __init__(self, m: mujoco.MjModel, num_threads: int, ffi: bool):
-        _timers_for_host()
+        default_timers()
         self.model = m
         self.num_threads = num_threads
         self.ffi = ffi

@@ -62,7 +62,7 @@ import jax
 import mujoco
 import numpy as np
 
-from mjxrunner.engine import backend, checks, models
+from mjxrunner.engine import backend, checks, models, native
 from mjxrunner.engine.backend import describe_backend  # noqa: F401 (re-exported)
 from mjxrunner.engine.models import action_bounds, load_any
 from mjxrunner.tools.bench_report import SCHEMA, plot, save, table, to_json, validate
@@ -392,6 +392,8 @@ def run(
     backend.check_supported(mj_model, impl)
     mj_data = models.start_data(mj_model)
     name = _model_name(model)
+    if impl == "c":  # before anything runs: mujoco.rollout under impl c's setting too
+        native.default_timers()
 
     report: dict[str, Any] = {
         "schema": SCHEMA,
