@@ -26,9 +26,11 @@
 // world's state row (and its model, with its expanded fields) into a thread's
 // mjData, the function below runs mj_step (nstep times), mj_forward or
 // mj_fwdPosition, which is what mjb_step, mjb_forward(mjSTAGE_ACC) and
-// mjb_forward(mjSTAGE_POS) run, and writes the world's derived fields straight
-// into XLA's results, rounded, on the same thread; the batch saves the row. Bound
-// outputs (mjb_output) would copy every derived field once more, single-file.
+// mjb_forward(mjSTAGE_POS) run, and writes the world's new state row (exact and
+// rounded) and derived fields straight into XLA's results, on the same thread.
+// The batch does not save the row (every call writes all rows before it runs),
+// and bound outputs (mjb_output) would copy every derived field once more,
+// single-file.
 //
 // One mjBatch per (host, n), made at first use; a host is registered by Python
 // (mjxr_register) and released when its Python object goes (mjxr_release).
@@ -151,6 +153,91 @@ bool DataMember(const mjModel* m, std::string_view name, DataField* out) {
   return false;
 }
 
+// The state row (mjSTATE_INTEGRATION) read straight from mjData's fields, one
+// copy per component: mj_getState looks every component up by its bit, which on a
+// small model costs as much as the copies (~0.1 us a world). Each component is an
+// mjtNum array of mjData, or time, or eq_active (mjtByte).
+class RowReader {
+ public:
+  // The components of m's row, checked against mj_getState once; an unknown or
+  // mismatched layout (another MuJoCo) leaves the reader on mj_getState.
+  explicit RowReader(const mjModel* m) : nstate_(mj_stateSize(m, mjSTATE_INTEGRATION)) {
+    long total = 0;
+    for (int k = 0; k < mjNSTATE; ++k) {
+      int bit = 1 << k;
+      if (!(mjSTATE_INTEGRATION & bit)) continue;
+      long size = mj_stateSize(m, bit);
+      if (!size) continue;
+      Part part{bit, size, nullptr};
+      switch (bit) {
+        case mjSTATE_TIME: break;
+        case mjSTATE_EQ_ACTIVE: break;
+        case mjSTATE_QPOS: part.member = &mjData::qpos; break;
+        case mjSTATE_QVEL: part.member = &mjData::qvel; break;
+        case mjSTATE_ACT: part.member = &mjData::act; break;
+        case mjSTATE_HISTORY: part.member = &mjData::history; break;
+        case mjSTATE_WARMSTART: part.member = &mjData::qacc_warmstart; break;
+        case mjSTATE_CTRL: part.member = &mjData::ctrl; break;
+        case mjSTATE_QFRC_APPLIED: part.member = &mjData::qfrc_applied; break;
+        case mjSTATE_XFRC_APPLIED: part.member = &mjData::xfrc_applied; break;
+        case mjSTATE_MOCAP_POS: part.member = &mjData::mocap_pos; break;
+        case mjSTATE_MOCAP_QUAT: part.member = &mjData::mocap_quat; break;
+        case mjSTATE_USERDATA: part.member = &mjData::userdata; break;
+        case mjSTATE_PLUGIN: part.member = &mjData::plugin_state; break;
+        case mjSTATE_PLASTIC: part.member = &mjData::plastic; break;
+        default: return;  // a component this file does not know
+      }
+      parts_.push_back(part);
+      total += size;
+    }
+    if (total != nstate_ || !Agrees(m)) parts_.clear();
+    fast_ = total == nstate_ && !parts_.empty();
+  }
+
+  // Writes d's row into row (nstate values).
+  void Read(const mjModel* m, const mjData* d, mjtNum* row) const {
+    if (!fast_) {
+      mj_getState(m, d, row, mjSTATE_INTEGRATION);
+      return;
+    }
+    for (const Part& p : parts_) {
+      if (p.bit == mjSTATE_TIME) {
+        row[0] = d->time;
+      } else if (p.bit == mjSTATE_EQ_ACTIVE) {
+        for (long j = 0; j < p.size; ++j) row[j] = d->eq_active[j];
+      } else {
+        std::memcpy(row, d->*p.member, sizeof(mjtNum) * p.size);
+      }
+      row += p.size;
+    }
+  }
+
+ private:
+  struct Part {
+    int bit;
+    long size;
+    mjtNum* mjData::*member;  // null for time and eq_active
+  };
+
+  // Whether Read gives mj_getState's row, on a state of distinct values.
+  bool Agrees(const mjModel* m) {
+    fast_ = true;
+    mjData* d = mj_makeData(m);
+    std::vector<mjtNum> row(nstate_), ours(nstate_);
+    for (long j = 0; j < nstate_; ++j) row[j] = 0.5 + j;
+    mj_setState(m, d, row.data(), mjSTATE_INTEGRATION);
+    for (int j = 0; j < m->neq; ++j) d->eq_active[j] = j % 2;
+    mj_getState(m, d, row.data(), mjSTATE_INTEGRATION);
+    Read(m, d, ours.data());
+    mj_deleteData(d);
+    return std::memcmp(row.data(), ours.data(), sizeof(mjtNum) * nstate_) == 0;
+  }
+
+  long nstate_;
+  bool fast_ = false;
+  std::vector<Part> parts_;
+};
+
 struct Param {
   std::string path;
   long size;
@@ -203,7 +290,14 @@ template <typename T>
 struct CallArgs {
   const Plan* plan;
   int nstep;
-  T* const* outputs;  // one (n, size) result per plan output
+  const RowReader* reader;
+  long nstate;
+  const long* sizes;      // values per world of each state field, in row order
+  size_t nfields;
+  T* const* rounded;      // one (n, sizes[k]) result per state field
+  uint32_t* bits;         // (n, nstate, 2): the new rows, exact
+  mjWarningStat* warning; // (n, mjNWARNING): the batch's counters
+  T* const* outputs;      // one (n, size) result per plan output
   int32_t* flags;
 };
 
@@ -223,6 +317,20 @@ void RunOne(const mjModel* m, mjData* d, int sim, void* arg) {
   }
   a.flags[2 * sim] = d->ncon;
   a.flags[2 * sim + 1] = divergence.Finish(d->warning);
+  // The batch is not asked to save the world (that would read the row a second
+  // time, single-file after the call): its new row goes straight into XLA's
+  // results, exact and rounded, and its warning counters back to the batch.
+  thread_local std::vector<mjtNum> row;
+  row.resize(a.nstate);
+  a.reader->Read(m, d, row.data());
+  std::memcpy(a.bits + 2 * sim * a.nstate, row.data(), sizeof(mjtNum) * a.nstate);
+  std::memcpy(a.warning + static_cast<long>(sim) * mjNWARNING, d->warning, sizeof(d->warning));
+  const mjtNum* value = row.data();
+  for (size_t k = 0; k < a.nfields; ++k) {
+    T* out = a.rounded[k] + sim * a.sizes[k];
+    for (long j = 0; j < a.sizes[k]; ++j) out[j] = static_cast<T>(value[j]);
+    value += a.sizes[k];
+  }
   for (size_t k = 0; k < plan.outputs.size(); ++k) {
     const DataField& f = plan.outputs[k];
     const mjtNum* src = d->*f.member;
@@ -236,6 +344,7 @@ struct Sim {
   mjBatch* batch = nullptr;
   int n = 0, nstate = 0;
   const mjModel* host = nullptr;
+  std::unique_ptr<RowReader> reader;
   std::map<std::string, std::vector<double>> base;  // host model values by path
   std::set<std::string> expanded;
   std::map<std::string, std::vector<double>> last;  // setconst inputs as last written
@@ -403,7 +512,6 @@ struct Sim {
                  const T* shared, const T* per_world, uint32_t* bits,
                  const std::vector<T*>& rounded, const std::vector<T*>& outputs,
                  int32_t* flags) {
-    const long size = static_cast<long>(n) * nstate;
     mjtNum* rows = mjb_state(batch);
     // A state value that is not the rounding of the exact one was written: take it.
     for (int i = 0; i < n; ++i) {
@@ -432,18 +540,12 @@ struct Sim {
       int nfail = mjb_setConst(batch, ids.data(), static_cast<int>(ids.size()));
       if (nfail) return Failed(nfail, "mj_setConst");
     }
-    CallArgs<T> args{&plan, nstep, outputs.data(), flags};
-    int nfail = mjb_apply(batch, nullptr, n, RunOne<T>, &args, /*save=*/1);
+    CallArgs<T> args{&plan,       nstep,          reader.get(),       nstate,
+                     sizes.data(), rounded.size(), rounded.data(),     bits,
+                     mjb_warning(batch), outputs.data(), flags};
+    // The batch's rows are not saved: every call writes them all first (above).
+    int nfail = mjb_apply(batch, nullptr, n, RunOne<T>, &args, /*save=*/0);
     if (nfail) return Failed(nfail, "the step");
-    std::memcpy(bits, rows, sizeof(double) * size);
-    for (int i = 0; i < n; ++i) {
-      const mjtNum* row = rows + static_cast<long>(i) * nstate;
-      for (size_t k = 0; k < rounded.size(); ++k) {
-        T* out = rounded[k] + i * sizes[k];
-        for (long j = 0; j < sizes[k]; ++j) out[j] = static_cast<T>(row[j]);
-        row += sizes[k];
-      }
-    }
     return ffi::Error::Success();
   }
 };
@@ -489,6 +591,7 @@ Sim* SimOf(Host& host, int n, std::string* error) {
   sim->n = n;
   sim->nstate = mjb_nstate(b);
   sim->host = host.model;
+  sim->reader = std::make_unique<RowReader>(host.model);
   return host.sims.emplace(n, std::move(sim)).first->second.get();
 }
 
