@@ -137,6 +137,84 @@ def test_forward_and_kinematics_agree(monkeypatch):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+# Every kind of state component the row reader copies: a filter actuator's
+# activation, an equality's switch (bool in the data: packed apart from the floats),
+# a mocap body and user data.
+COMPONENTS = """
+<mujoco>
+  <size nuserdata="2"/>
+  <worldbody>
+    <body name="a" pos="0 0 1"><freejoint/><geom size="0.1"/></body>
+    <body name="b" pos="0.3 0 1">
+      <joint name="hinge" type="hinge" axis="0 1 0"/><geom size="0.1"/>
+    </body>
+    <body name="target" mocap="true" pos="0 1 0">
+      <geom size="0.05" contype="0" conaffinity="0"/>
+    </body>
+  </worldbody>
+  <equality><connect body1="a" body2="b" anchor="0.15 0 1"/></equality>
+  <actuator><general joint="hinge" dyntype="filter" dynprm="0.05"/></actuator>
+</mujoco>
+"""
+
+
+def placed_step(r: MultiEnvRunner):
+    """``(layout, buffers of r's state, jit of one physics step on packed buffers)``:
+    the step writes into the scratch buffers in place where ``place`` is True (as
+    the runner's packed step does), and records how many leaves it placed."""
+    from mjxrunner.engine import core
+    from mjxrunner.engine.packing import Layout
+
+    state, model = r._frame.state, r._frame.model
+    layout = Layout.of(state, apart=native.written_leaves(state))
+    placed = {}
+
+    def step(buffers, scratch, place):
+        st = layout.unflatten(buffers)
+        with native.placing(native.Placement.of(layout, scratch, st) if place else None) as p:
+            data, _ = core.physics_step(model, st.data, st.ctrl, None, 1)
+        if p is None:
+            return layout.pack(jax.tree.leaves(st.replace(data=data)))
+        placed["leaves"] = len(p.values)
+        return layout.pack(jax.tree.leaves(st.replace(data=data)), p.out, p.values)
+
+    return layout, layout.pack(jax.tree.leaves(state)), jax.jit(step, static_argnums=2), placed
+
+
+def test_a_packed_step_writes_its_results_in_place(monkeypatch):
+    """On packed buffers the host call writes every leaf it computes straight into
+    the state's buffers (leaves of other dtypes aside), and the buffers equal those
+    that packing the step's separate results gives, bit for bit."""
+    r = runner(COMPONENTS, "ffi", monkeypatch, 4)
+    r.set_actions(np.full((4, 1), 0.5, np.float32))
+    r.step()
+    layout, buffers, step, placed = placed_step(r)
+    assert native_ffi.PLACED_TARGET in step.lower(buffers, buffers, True).as_text()
+    written = [layout.leaves[i][0] for i in native.written_leaves(r._frame.state)]
+    expected = sum(1 for b in written if np.dtype(layout.buffers[b][1]) in (np.float32, np.uint32))
+    assert placed["leaves"] == expected > 40
+    scratch = jax.tree.map(jax.numpy.zeros_like, buffers)
+    for a, b in zip(step(buffers, scratch, True), step(buffers, buffers, False), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_place_that_does_not_fit_is_refused(monkeypatch):
+    """The handler checks each place against its buffer: a float field sent to the
+    buffer of the exact (uint32) rows fails the call with a message that says so,
+    instead of writing floats there."""
+    r = runner("cartpole", "ffi", monkeypatch, 2)
+    _, buffers, step, _ = placed_step(r)
+    places = native._places
+
+    def misplaced(*args):
+        order, where, spill = places(*args)
+        return order, (where[0], (where[0][0], where[1][1]), *where[2:]), spill
+
+    monkeypatch.setattr(native, "_places", misplaced)
+    with pytest.raises(Exception, match="does not fit its buffer"):
+        jax.block_until_ready(step(buffers, jax.tree.map(jax.numpy.copy, buffers), True))
+
+
 FALLBACK = textwrap.dedent(
     """
     import warnings

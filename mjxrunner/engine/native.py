@@ -23,6 +23,10 @@ checkpoints, sharding over processes) sees an ordinary batched ``mjx.Data``:
   ``BADQVEL``). :attr:`DataC.diverged` marks the step where it happened, and the
   ``unstable`` guard reads it like a non-finite state.
 
+A shell that keeps the state packed (:mod:`.packing`) hands the step its scratch
+buffers (:class:`Placement`): the host call then writes its results into them in
+place, where packing separate results would copy every leaf once more.
+
 Contacts and constraints live in MuJoCo's arena, whose size changes from step to
 step: the data carries the number of contacts per world (``DataC.ncon``), not the
 pools. ``qfrc_inverse`` is kept as it was (a step does not compute it).
@@ -581,6 +585,19 @@ def param_leaves(model: Model) -> tuple[int, ...]:
     return tuple(i for i, _ in _params(model))
 
 
+def written_leaves(tree: Any) -> tuple[int, ...]:
+    """The flat indices of the leaves of ``tree`` (whose ``data`` is impl "c"'s) that
+    a step's host call writes whole: its state and derived fields and exact rows.
+    A shell packs them apart (``packing.Layout.of``) for :class:`Placement`."""
+    written = {*STATE_FIELDS, *DERIVED_FIELDS, *IMPL_FIELDS, "state"}
+    found = []
+    for i, (path, _) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
+        names = tuple(getattr(k, "name", None) for k in path)
+        if names[-1:] and names[-1] in written and names[:-1] in (("data",), ("data", "_impl")):
+            found.append(i)
+    return tuple(found)
+
+
 def _leaf(model: Any, path: str) -> Any:
     node = model
     for part in path.split("."):
@@ -588,7 +605,110 @@ def _leaf(model: Any, path: str) -> Any:
     return node
 
 
-def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> Data:
+@dataclasses.dataclass(eq=False)
+class Placement:
+    """Packed buffers (a shell's scratch, donated) into which the next step's host
+    call writes its results in place, each at its leaf's range: the shell then packs
+    the new state by writing into them only the leaves the call did not (see
+    :meth:`mjxrunner.engine.packing.Layout.pack`), where a concatenation would copy
+    every leaf once more.
+
+    Made by :meth:`of` and handed to the step with :func:`placing`; used by the
+    first host call of a step whose batch fits, at trace time.
+
+    Attributes:
+      buffers: the buffers (traced), in the layout's order.
+      where: data field name (``"state"`` for the exact rows) -> ``(leaf, buffer,
+        offset, size)``: its leaf index in the packed tree, the buffer, the offset
+        of its range and its size (in elements), for the leaves in flat buffers.
+      dtypes: each buffer's dtype.
+      out: after the call, buffer index -> the buffer the call wrote.
+      values: after the call, leaf index -> the value the call placed there.
+    """
+
+    buffers: tuple
+    where: dict
+    dtypes: tuple
+    out: dict = dataclasses.field(default_factory=dict)
+    values: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, layout: Any, buffers: tuple, tree: Any) -> "Placement":
+        """The placement of ``tree`` (whose ``data`` is the stepped data) packed by
+        ``layout`` (a :class:`~mjxrunner.engine.packing.Layout`) into ``buffers``."""
+        where = {}
+        for i, (path, _) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
+            names = tuple(getattr(k, "name", None) for k in path)
+            if names[:1] != ("data",) or len(names) not in (2, 3):
+                continue
+            if len(names) == 3 and names[1] != "_impl":
+                continue
+            b, lo, hi, _, _ = layout.leaves[i]
+            if layout.buffers[b][0] == "flat":
+                where[names[-1]] = (i, b, lo, hi - lo)
+        return cls(tuple(buffers), where, tuple(np.dtype(b[1]) for b in layout.buffers))
+
+
+_placement = threading.local()
+
+
+class placing:
+    """``with placing(placement):`` the next fitting step's host call, traced in
+    this block on this thread, writes into ``placement`` (None: nowhere)."""
+
+    def __init__(self, placement: Placement | None):
+        self.placement = placement
+
+    def __enter__(self) -> Placement | None:
+        self.outer = getattr(_placement, "value", None)
+        _placement.value = self.placement
+        return self.placement
+
+    def __exit__(self, *exc) -> None:
+        _placement.value = self.outer
+
+
+def _fits(placement: Placement, name: str, dtype: Any, size: int) -> bool:
+    """Whether result ``name`` (``size`` values of ``dtype``) has its leaf's place."""
+    at = placement.where.get(name)
+    return at is not None and placement.dtypes[at[1]] == dtype and at[3] == size
+
+
+def _places(placement: Placement, n: int, floats: Any, named: tuple, nbits: int):
+    """Where the results go: ``(buffers passed, places, spill size)``, or None where
+    the bits (``nbits`` uint32) have no place. A field whose leaf lies elsewhere
+    (another dtype or shape, a buffer of its own) goes to a spill buffer after the
+    passed ones."""
+    if not _fits(placement, "state", np.uint32, nbits):
+        return None
+    bits = placement.where["state"]
+    used = {bits[1]}
+    places, spill = [(bits[1], bits[2])], []
+    for name, size in named:
+        at = placement.where.get(name)
+        if _fits(placement, name, floats, n * size):
+            used.add(at[1])
+            places.append((at[1], at[2]))
+        else:
+            places.append(None)
+            spill.append(n * size)
+    order = sorted(used)  # buffer index -> position among the passed buffers
+    position = {b: k for k, b in enumerate(order)}
+    total, out = 0, []
+    for p, size in zip(places, [None, *(n * s for _, s in named)], strict=True):
+        if size == 0:  # nothing to write: any place will do
+            out.append(("0", 0))
+        elif p is None:
+            out.append((str(len(order)), total))
+            total += size
+        else:
+            out.append((str(position[p[0]]), p[1]))
+    return order, tuple(out), total
+
+
+def _run(
+    how: str, nstep: int, model: Model, data: Data, model_batched: Any, place: bool = True
+) -> Data:
     """One host call over a batch: ``data`` leaves ``(n, ...)``; model leaves
     ``(n, ...)`` where ``model_batched`` says so, else their core shape.
 
@@ -640,7 +760,29 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
         *(jax.ShapeDtypeStruct((n, size), floats) for _, size in named),
     )
     operands = (data._impl.state, shared_row, per_world_rows)
-    if host.ffi:
+    placement = getattr(_placement, "value", None)
+    plan = None
+    if place and placement is not None and host.ffi and how == "step":
+        plan = _places(placement, n, np.dtype(floats), named, data._impl.state.size)
+    if plan is not None:
+        _placement.value = None  # one host call per step writes in place
+        order, places, spill = plan
+        passed = tuple(placement.buffers[b] for b in order)
+        passed += (jnp.zeros((spill,), floats),) if spill else ()
+        flags, *written = native_ffi.call(
+            host, call, shapes[1:2], *operands, fields, SETCONST_FIELDS, (passed, places)
+        )
+        placement.out = dict(zip(order, written, strict=False))
+        results = []
+        for (buf, lo), like in zip(places, (shapes[0], *shapes[2:]), strict=True):
+            size = int(np.prod(like.shape))
+            if not size:
+                results.append(jnp.zeros(like.shape, like.dtype))
+                continue
+            value = jax.lax.slice(written[int(buf)], (lo,), (lo + size,))
+            results.append(value.reshape(like.shape))
+        bits, results = results[0], results[1:]
+    elif host.ffi:
         bits, flags, *results = native_ffi.call(
             host, call, shapes, *operands, fields, SETCONST_FIELDS
         )
@@ -652,7 +794,13 @@ def _run(how: str, nstep: int, model: Model, data: Data, model_batched: Any) -> 
     for (name, _), value in zip(named, results, strict=True):
         target = impl if name in IMPL_FIELDS else updates
         like = getattr(data._impl if name in IMPL_FIELDS else data, name)
-        target[name] = value.reshape(like.shape).astype(like.dtype)
+        value = value.reshape(like.shape)
+        target[name] = value if value.dtype == like.dtype else value.astype(like.dtype)
+    if plan is not None:  # what the shell's packing need not write again
+        for name, value in (*updates.items(), *impl.items(), ("state", bits)):
+            kind = np.uint32 if name == "state" else np.dtype(floats)
+            if _fits(placement, name, kind, value.size):  # written there
+                placement.values[placement.where[name][0]] = value
     impl = data._impl.replace(state=bits, ncon=flags[:, 0], diverged=flags[:, 1] != 0, **impl)
     return data.replace(**updates, _impl=impl)
 
@@ -665,7 +813,7 @@ def _single(how: str, nstep: int):
     def one(model, data):
         batched = jax.tree.map(lambda x: x[None], data)
         no = jax.tree.map(lambda _: False, model)
-        return jax.tree.map(lambda x: x[0], _run(how, nstep, model, batched, no))
+        return jax.tree.map(lambda x: x[0], _run(how, nstep, model, batched, no, place=False))
 
     @one.def_vmap
     def rule(axis_size, in_batched, model, data):

@@ -32,6 +32,12 @@
 // and bound outputs (mjb_output) would copy every derived field once more,
 // single-file.
 //
+// A second handler (MjxrPlacedHostCall) takes the same operands followed by
+// buffers that XLA aliases to its results after the flags (a shell's packed state,
+// donated), and writes the bits, state fields and derived fields into them at the
+// offsets `places` names, leaving the rest as it came: packing separate results
+// would cost a copy of every one.
+//
 // One mjBatch per (host, n), made at first use; a host is registered by Python
 // (mjxr_register) and released when its Python object goes (mjxr_release).
 
@@ -40,6 +46,7 @@
 #include <mujoco/mujoco.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -63,6 +70,7 @@ namespace ffi = xla::ffi;
 #define MJXR_EXPORT __attribute__((visibility("default")))
 
 extern "C" MJXR_EXPORT XLA_FFI_Error* MjxrHostCall(XLA_FFI_CallFrame* call_frame);
+extern "C" MJXR_EXPORT XLA_FFI_Error* MjxrPlacedHostCall(XLA_FFI_CallFrame* call_frame);
 
 namespace {
 
@@ -616,57 +624,96 @@ class NativeFloats {
   unsigned saved_ = 0;
 };
 
-template <typename T>
-ffi::Error Dispatch(Sim* sim, const Plan& plan, int steps, const uint32_t* state,
-                    ffi::AnyBuffer shared, ffi::AnyBuffer per_world, ffi::RemainingArgs fields,
-                    uint32_t* bits, ffi::RemainingRets results, int32_t* flags,
-                    ffi::DataType dtype) {
-  const int n = sim->n;
-  const size_t nfields = fields.size();
-  if (results.size() != nfields + plan.outputs.size()) {
-    return ffi::Error::InvalidArgument("impl 'c': results disagree with the call's outputs");
+// Where a call's results go: separate results (one per field), or places in
+// buffers XLA hands over (a packed state, donated), named by `places`.
+struct Results {
+  uint32_t* bits;
+  std::vector<void*> fields;   // one (n, sizes[k]) array per state field
+  std::vector<void*> outputs;  // one (n, size) array per plan output
+};
+
+// `places`: "buffer:offset" (in elements of the buffer's type) for the bits, then
+// each state field, then each output; each lies whole, (n, size) row-major, at its
+// offset. False (with `error`) where one does not fit its buffer or type.
+bool Place(std::string_view places, ffi::RemainingRets& dests, const std::vector<long>& sizes,
+           const Plan& plan, int n, long nstate, ffi::DataType dtype, Results* out,
+           std::string* error) {
+  std::vector<std::pair<std::string, long>> items;
+  if (!ParseList(places, &items) || items.size() != 1 + sizes.size() + plan.outputs.size()) {
+    *error = "impl 'c': a malformed list of places";
+    return false;
   }
-  std::vector<const T*> seen(nfields);
-  std::vector<long> sizes(nfields);
-  std::vector<T*> rounded(nfields), outputs(plan.outputs.size());
+  for (size_t k = 0; k < items.size(); ++k) {
+    const bool bits = k == 0;
+    const long count = bits ? 2 * n * nstate
+                            : n * (k <= sizes.size() ? sizes[k - 1]
+                                                     : plan.outputs[k - 1 - sizes.size()].size);
+    char* end = nullptr;
+    const unsigned long b = std::strtoul(items[k].first.c_str(), &end, 10);
+    if (items[k].first.empty() || *end != 0 || b >= dests.size()) {
+      *error = "impl 'c': place " + std::to_string(k) + " names no buffer";
+      return false;
+    }
+    auto dest = dests.get<ffi::AnyBuffer>(b);
+    const long offset = items[k].second;
+    if (!dest.has_value() ||
+        (count && ((*dest)->element_type() != (bits ? ffi::DataType::U32 : dtype) ||
+                   offset < 0 || offset + count > static_cast<long>((*dest)->element_count())))) {
+      *error = "impl 'c': place " + std::to_string(k) + " does not fit its buffer";
+      return false;
+    }
+    char* base = static_cast<char*>((*dest)->untyped_data()) +
+                 offset * ffi::ByteWidth((*dest)->element_type());
+    if (bits) {
+      out->bits = reinterpret_cast<uint32_t*>(base);
+    } else if (k <= sizes.size()) {
+      out->fields.push_back(base);
+    } else {
+      out->outputs.push_back(base);
+    }
+  }
+  return true;
+}
+
+// The state fields as the data holds them (operands `fields[0:nfields]`), checked
+// against the state row; their sizes go to `sizes`.
+bool Seen(ffi::RemainingArgs& fields, size_t nfields, int n, long nstate, ffi::DataType dtype,
+          std::vector<const void*>* seen, std::vector<long>* sizes, std::string* error) {
   long total = 0;
   for (size_t k = 0; k < nfields; ++k) {
     auto arg = fields.get<ffi::AnyBuffer>(k);
-    auto ret = results.get<ffi::AnyBuffer>(k);
-    if (!arg.has_value() || !ret.has_value()) return ffi::Error::Internal("impl 'c': a state field");
-    if (arg->element_type() != dtype || (*ret)->element_type() != dtype ||
-        arg->element_count() % n != 0 || (*ret)->element_count() != arg->element_count()) {
-      return ffi::Error::InvalidArgument("impl 'c': state fields of other types or sizes");
+    if (!arg.has_value() || arg->element_type() != dtype || arg->element_count() % n != 0) {
+      *error = "impl 'c': state fields of other types or sizes";
+      return false;
     }
-    sizes[k] = static_cast<long>(arg->element_count() / n);
-    total += sizes[k];
-    seen[k] = arg->typed_data<T>();
-    rounded[k] = (*ret)->typed_data<T>();
+    sizes->push_back(static_cast<long>(arg->element_count() / n));
+    seen->push_back(arg->untyped_data());
+    total += sizes->back();
   }
-  if (total != sim->nstate) {
-    return ffi::Error::InvalidArgument("impl 'c': the state fields hold " + std::to_string(total) +
-                                       " values per world, the state row " +
-                                       std::to_string(sim->nstate));
+  if (total != nstate) {
+    *error = "impl 'c': the state fields hold " + std::to_string(total) +
+             " values per world, the state row " + std::to_string(nstate);
+    return false;
   }
-  for (size_t k = 0; k < plan.outputs.size(); ++k) {
-    auto ret = results.get<ffi::AnyBuffer>(nfields + k);
-    if (!ret.has_value()) return ffi::Error::Internal("impl 'c': an output");
-    if ((*ret)->element_type() != dtype ||
-        (*ret)->element_count() != static_cast<size_t>(n * plan.outputs[k].size)) {
-      return ffi::Error::InvalidArgument("impl 'c': an output of another type or size");
-    }
-    outputs[k] = (*ret)->typed_data<T>();
-  }
-  return sim->Run<T>(plan, steps, state, seen, sizes, shared.typed_data<T>(),
-                     per_world.typed_data<T>(), bits, rounded, outputs, flags);
+  return true;
 }
 
-ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::AnyBuffer per_world,
-                    ffi::RemainingArgs fields, ffi::Result<ffi::Buffer<ffi::U32>> bits,
-                    ffi::Result<ffi::Buffer<ffi::S32>> flags, ffi::RemainingRets results,
-                    int64_t token, std::string_view how, int64_t nstep,
-                    std::string_view outputs, std::string_view shared_fields,
-                    std::string_view world_fields, std::string_view setconst_fields) {
+template <typename T>
+std::vector<T*> Typed(const std::vector<void*>& p) {
+  std::vector<T*> out;
+  for (void* x : p) out.push_back(static_cast<T*>(x));
+  return out;
+}
+
+// What both handlers share: find the batch and the plan, check the operands,
+// then Run with the results in `place` (which fills a Results, given the sizes of
+// the state fields and the plan).
+template <typename PlaceFn>
+ffi::Error Call(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::AnyBuffer per_world,
+                ffi::RemainingArgs& fields, size_t nfields, int32_t* flags, size_t nflags,
+                int64_t token, std::string_view how, int64_t nstep, std::string_view outputs,
+                std::string_view shared_fields, std::string_view world_fields,
+                std::string_view setconst_fields, PlaceFn place) {
   NativeFloats native_floats;
   auto dims = state.dimensions();
   if (dims.size() != 3 || dims[2] != 2) {
@@ -696,19 +743,98 @@ ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::Any
   if (!plan) return ffi::Error::Internal(error);
   if (shared.element_count() != static_cast<size_t>(plan->nshared) ||
       per_world.element_count() != static_cast<size_t>(n * plan->nper_world) ||
-      flags->element_count() != static_cast<size_t>(2 * n)) {
+      nflags != static_cast<size_t>(2 * n)) {
     return ffi::Error::InvalidArgument("impl 'c': operand or result sizes disagree with the call");
   }
+  std::vector<const void*> seen;
+  std::vector<long> sizes;
+  Results results;
+  if (!Seen(fields, nfields, n, nstate, dtype, &seen, &sizes, &error) ||
+      !place(sizes, *plan, n, nstate, dtype, &results, &error)) {
+    return ffi::Error::InvalidArgument(error);
+  }
   const uint32_t* in = state.typed_data();
-  uint32_t* out_bits = bits->typed_data();
-  int32_t* out_flags = flags->typed_data();
   int steps = static_cast<int>(nstep);
   if (dtype == ffi::DataType::F32) {
-    return Dispatch<float>(sim, *plan, steps, in, shared, per_world, fields, out_bits, results,
-                           out_flags, dtype);
+    std::vector<const float*> s;
+    for (const void* x : seen) s.push_back(static_cast<const float*>(x));
+    return sim->Run<float>(*plan, steps, in, s, sizes, shared.typed_data<float>(),
+                           per_world.typed_data<float>(), results.bits,
+                           Typed<float>(results.fields), Typed<float>(results.outputs), flags);
   }
-  return Dispatch<double>(sim, *plan, steps, in, shared, per_world, fields, out_bits, results,
-                          out_flags, dtype);
+  std::vector<const double*> s;
+  for (const void* x : seen) s.push_back(static_cast<const double*>(x));
+  return sim->Run<double>(*plan, steps, in, s, sizes, shared.typed_data<double>(),
+                          per_world.typed_data<double>(), results.bits,
+                          Typed<double>(results.fields), Typed<double>(results.outputs), flags);
+}
+
+// Results of their own: bits, flags, then each state field and each output.
+ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::AnyBuffer per_world,
+                    ffi::RemainingArgs fields, ffi::Result<ffi::Buffer<ffi::U32>> bits,
+                    ffi::Result<ffi::Buffer<ffi::S32>> flags, ffi::RemainingRets rets,
+                    int64_t token, std::string_view how, int64_t nstep,
+                    std::string_view outputs, std::string_view shared_fields,
+                    std::string_view world_fields, std::string_view setconst_fields) {
+  auto place = [&](const std::vector<long>& sizes, const Plan& plan, int n, long nstate,
+                   ffi::DataType dtype, Results* out, std::string* error) {
+    if (rets.size() != sizes.size() + plan.outputs.size() ||
+        bits->element_count() != static_cast<size_t>(2 * n * nstate)) {
+      *error = "impl 'c': results disagree with the call's outputs";
+      return false;
+    }
+    out->bits = bits->typed_data();
+    for (size_t k = 0; k < rets.size(); ++k) {
+      auto ret = rets.get<ffi::AnyBuffer>(k);
+      const long size = k < sizes.size() ? sizes[k] : plan.outputs[k - sizes.size()].size;
+      if (!ret.has_value() || (*ret)->element_type() != dtype ||
+          (*ret)->element_count() != static_cast<size_t>(n * size)) {
+        *error = "impl 'c': a result of another type or size";
+        return false;
+      }
+      (k < sizes.size() ? out->fields : out->outputs).push_back((*ret)->untyped_data());
+    }
+    return true;
+  };
+  return Call(state, shared, per_world, fields, fields.size(), flags->typed_data(),
+              flags->element_count(), token, how, nstep, outputs, shared_fields, world_fields,
+              setconst_fields, place);
+}
+
+// Results in place: the operands after the state fields are buffers (a packed
+// state) that XLA aliases to the results after flags; `places` says where in them
+// the bits, each state field and each output go. The rest of each buffer is left
+// as it came.
+ffi::Error PlacedHostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared,
+                          ffi::AnyBuffer per_world, ffi::RemainingArgs args,
+                          ffi::Result<ffi::Buffer<ffi::S32>> flags, ffi::RemainingRets dests,
+                          int64_t token, std::string_view how, int64_t nstep,
+                          std::string_view outputs, std::string_view shared_fields,
+                          std::string_view world_fields, std::string_view setconst_fields,
+                          std::string_view places) {
+  if (args.size() < dests.size()) {
+    return ffi::Error::InvalidArgument("impl 'c': fewer operands than placed buffers");
+  }
+  // XLA aliases each buffer to its result; where it did not, the result starts as
+  // a copy, so that what the call does not write is as it came either way.
+  const size_t first = args.size() - dests.size();
+  for (size_t k = 0; k < dests.size(); ++k) {
+    auto in = args.get<ffi::AnyBuffer>(first + k);
+    auto out = dests.get<ffi::AnyBuffer>(k);
+    if (!in.has_value() || !out.has_value() || in->size_bytes() != (*out)->size_bytes()) {
+      return ffi::Error::InvalidArgument("impl 'c': a placed buffer and its result differ");
+    }
+    if (in->untyped_data() != (*out)->untyped_data()) {
+      std::memcpy((*out)->untyped_data(), in->untyped_data(), in->size_bytes());
+    }
+  }
+  auto place = [&](const std::vector<long>& sizes, const Plan& plan, int n, long nstate,
+                   ffi::DataType dtype, Results* out, std::string* error) {
+    return Place(places, dests, sizes, plan, n, nstate, dtype, out, error);
+  };
+  return Call(state, shared, per_world, args, args.size() - dests.size(), flags->typed_data(),
+              flags->element_count(), token, how, nstep, outputs, shared_fields, world_fields,
+              setconst_fields, place);
 }
 
 }  // namespace
@@ -730,10 +856,27 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MjxrHostCall, HostCall,
                                   .Attr<std::string_view>("world_fields")
                                   .Attr<std::string_view>("setconst_fields"));
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MjxrPlacedHostCall, PlacedHostCall,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::U32>>()  // state
+                                  .Arg<ffi::AnyBuffer>()         // shared
+                                  .Arg<ffi::AnyBuffer>()         // per_world
+                                  .RemainingArgs()               // state fields, buffers
+                                  .Ret<ffi::Buffer<ffi::S32>>()  // flags
+                                  .RemainingRets()               // the buffers, aliased
+                                  .Attr<int64_t>("host")
+                                  .Attr<std::string_view>("how")
+                                  .Attr<int64_t>("nstep")
+                                  .Attr<std::string_view>("outputs")
+                                  .Attr<std::string_view>("shared_fields")
+                                  .Attr<std::string_view>("world_fields")
+                                  .Attr<std::string_view>("setconst_fields")
+                                  .Attr<std::string_view>("places"));
+
 extern "C" {
 
 // The ABI of this file: Python checks it before use.
-MJXR_EXPORT int mjxr_version() { return 2; }
+MJXR_EXPORT int mjxr_version() { return 3; }
 
 // Makes `token` name the host model at `model` (an mjModel*), stepped on `nthread`
 // threads. The model must stay alive until mjxr_release(token).

@@ -54,7 +54,8 @@ from mjxrunner.engine import cache
 
 SOURCE = Path(__file__).with_name("native_ffi.cc")
 TARGET = "mjxrunner_native_host_call"
-ABI = 2  # mjxr_version() of the source this module speaks to
+PLACED_TARGET = "mjxrunner_native_placed_host_call"
+ABI = 3  # mjxr_version() of the source this module speaks to
 
 MODE_ENV = "MJXRUNNER_HOST_CALL"
 CXX_ENV = "MJXRUNNER_CXX"
@@ -178,6 +179,9 @@ def _load() -> ctypes.CDLL:
     lib.mjxr_expanded.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     lib.mjxr_expanded.restype = ctypes.c_int
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.MjxrHostCall), platform="cpu")
+    jax.ffi.register_ffi_target(
+        PLACED_TARGET, jax.ffi.pycapsule(lib.MjxrPlacedHostCall), platform="cpu"
+    )
     return lib
 
 
@@ -247,16 +251,25 @@ def _setconst(fields: frozenset) -> str:
 
 
 def call(
-    host: Any, call: Any, shapes: tuple, state, shared, per_world, fields, setconst: frozenset
+    host: Any,
+    call: Any,
+    shapes: tuple,
+    state,
+    shared,
+    per_world,
+    fields,
+    setconst: frozenset,
+    placed: tuple = (),
 ):
     """The FFI call that replaces ``jax.pure_callback(host.run, ...)`` in
     :func:`mjxrunner.engine.native._run`: same operands, same results; ``setconst``
-    names the model fields whose change makes MuJoCo set a world up again."""
-    return jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")(
-        state,
-        shared,
-        per_world,
-        *fields,
+    names the model fields whose change makes MuJoCo set a world up again.
+
+    ``placed``: ``(buffers, places)``, where the results go instead of arrays of
+    their own: ``places`` gives ``(buffer, offset)`` for the bits, each state field
+    and each output, ``buffers`` (donated by the caller) are updated there and
+    returned after the flags. ``shapes`` then holds the flags' shape alone."""
+    attrs = dict(
         host=np.int64(_token(host)),
         how=call.how,
         nstep=np.int64(call.nstep),
@@ -265,6 +278,18 @@ def call(
         world_fields=_spec(call.per_world),
         setconst_fields=_setconst(setconst),
     )
+    if not placed:
+        return jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")(
+            state, shared, per_world, *fields, **attrs
+        )
+    buffers, places = placed
+    first = 3 + len(fields)
+    shapes = (*shapes, *(jax.ShapeDtypeStruct(b.shape, b.dtype) for b in buffers))
+    return jax.ffi.ffi_call(
+        PLACED_TARGET,
+        shapes,
+        input_output_aliases={first + k: 1 + k for k in range(len(buffers))},
+    )(state, shared, per_world, *fields, *buffers, places=_spec(places), **attrs)
 
 
 def expanded(host: Any, n: int) -> set[str] | None:

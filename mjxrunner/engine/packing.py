@@ -69,12 +69,15 @@ class Layout:
     leaves: tuple[tuple[int, int, int, tuple[int, ...], Any], ...]
 
     @classmethod
-    def of(cls, tree: Any, first: tuple[int, ...] = ()) -> Layout:
+    def of(cls, tree: Any, first: tuple[int, ...] = (), apart: tuple[int, ...] = ()) -> Layout:
         """The layout of ``tree`` (a pytree of ``jax.Array`` s). Leaves ``first`` (flat
         indices) come first in their buffers, in that order, then the rest in tree
         order: slices of adjacent leaves concatenated in order compile into one copy
-        (impl "c" gathers the model fields it reads that way every step)."""
+        (impl "c" gathers the model fields it reads that way every step). Leaves
+        ``apart`` share buffers only among themselves: impl "c"'s step writes its
+        results into such buffers in place, whole, with nothing to write after it."""
         leaves, treedef = jax.tree.flatten(tree)
+        apart = frozenset(apart)
         groups: dict[Any, int] = {}  # (kind, dtype, sharding, rows) -> buffer
         buffers: list[list[Any]] = []  # [kind, dtype, sharding, shape], sizes added up
         where: list[Any] = [None] * len(leaves)
@@ -83,7 +86,7 @@ class Layout:
             x = leaves[i]
             kind, sharding = _kind(x)
             rows = x.shape[0] if kind == _ROWS else None
-            key = (_OWN, i) if kind == _OWN else (kind, x.dtype, sharding, rows)
+            key = (_OWN, i) if kind == _OWN else (kind, x.dtype, sharding, rows, i in apart)
             if key not in groups:
                 groups[key] = len(buffers)
                 shape = {_FLAT: (0,), _ROWS: (rows, 0), _OWN: tuple(x.shape)}[kind]
@@ -96,8 +99,18 @@ class Layout:
                 buffers[b][3] = (*buffers[b][3][:-1], at + size)
         return cls(treedef, tuple(tuple(b) for b in buffers), tuple(where))
 
-    def pack(self, leaves: list[jax.Array]) -> tuple[jax.Array, ...]:
-        """The buffers of ``leaves`` (traceable)."""
+    def pack(
+        self, leaves: list[jax.Array], into: dict | None = None, placed: dict | None = None
+    ) -> tuple[jax.Array, ...]:
+        """The buffers of ``leaves`` (traceable).
+
+        ``into``: buffer index -> a buffer of this layout that already holds some
+        leaves, as ``placed`` (leaf index -> value) says: those buffers are updated
+        in place with the other leaves, where a concatenation would copy them all
+        (impl "c"'s host call writes into a step's packed state:
+        :class:`mjxrunner.engine.native.Placement`). A leaf counts as placed only if
+        it is that very value."""
+        into, placed = into or {}, placed or {}
         if len(leaves) != len(self.leaves) or any(
             x.shape != w[3] or x.dtype != self.buffers[w[0]][1]
             for x, w in zip(leaves, self.leaves, strict=True)
@@ -112,7 +125,14 @@ class Layout:
                 x = x.reshape(x.shape[0], math.prod(x.shape[1:]))
             parts[b].append((start, x))
         out = []
-        for (kind, _, sharding, _), p in zip(self.buffers, parts, strict=True):
+        for b, ((kind, _, sharding, _), p) in enumerate(zip(self.buffers, parts, strict=True)):
+            if b in into:
+                buf = into[b]
+                for i, (x, (at, lo, *_)) in enumerate(zip(leaves, self.leaves, strict=True)):
+                    if at == b and placed.get(i) is not x:
+                        buf = jax.lax.dynamic_update_slice(buf, x.reshape(-1), (lo,))
+                out.append(buf)
+                continue
             p = [x for _, x in sorted(p, key=lambda item: item[0])]  # buffer order
             buf = p[0] if kind == _OWN else jnp.concatenate(p, axis=-1)
             if isinstance(sharding, NamedSharding):
