@@ -165,7 +165,7 @@ def placed_step(r: MultiEnvRunner):
     from mjxrunner.engine import core
     from mjxrunner.engine.packing import Layout
 
-    state, model = r._frame.state, r._frame.model
+    state, model = r._eng.state, r._eng.model
     layout = Layout.of(state, apart=native.written_leaves(state))
     placed = {}
 
@@ -190,7 +190,7 @@ def test_a_packed_step_writes_its_results_in_place(monkeypatch):
     r.step()
     layout, buffers, step, placed = placed_step(r)
     assert native_ffi.PLACED_TARGET in step.lower(buffers, buffers, True).as_text()
-    written = [layout.leaves[i][0] for i in native.written_leaves(r._frame.state)]
+    written = [layout.leaves[i][0] for i in native.written_leaves(r._eng.state)]
     expected = sum(1 for b in written if np.dtype(layout.buffers[b][1]) in (np.float32, np.uint32))
     assert placed["leaves"] == expected > 40
     scratch = jax.tree.map(jax.numpy.zeros_like, buffers)

@@ -191,7 +191,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
     #
     # ``_frame`` is the engine; its state is current when ``_fresh``. ``_buffers``
     # (when not None) are the current state packed by ``_layout_of_state``. After a
-    # packed step only the buffers are current, until something reads the state.
+    # packed step only the buffers are current (the frame's state is None), until
+    # something reads the state.
     # ``_controls`` are controls set on packed buffers and not written yet: the next
     # step writes them, or the next read of the state does.
 
@@ -471,7 +472,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         # The scratch is the old buffers (donated by the next step); its pytree is
         # unpacked only if next_data is read.
         self._scratch_state, self._scratch_packed = None, (layout, buffers)
-        self._buffers, self._fresh = new, False
+        # The pytree of before is stale: it goes, not a third copy of the state.
+        self._frame, self._buffers, self._fresh = self._frame.replace(state=None), new, False
 
     def _collide(self, collide: Any) -> np.ndarray | None:
         """The validated ``collide`` flags of a step (None: the runner's setting), as
