@@ -183,8 +183,9 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         self._host_guards = bool(guards_.host_policies(eng.config.guards))
         size = sum(x.nbytes for x in jax.tree.leaves(eng.state))
         # Impl "c" on one device writes the state's buffers in place (module notes):
-        # packed at any size. Split over processes, its leaves are rows of 2-D buffers.
-        in_place = self.impl == "c" and self.mesh is None
+        # packed at any size. Split over processes, its leaves are rows of 2-D
+        # buffers; through jax.pure_callback (no compiler), results are copied anyway.
+        in_place = self.impl == "c" and self.mesh is None and eng.default_model.tree._impl.host.ffi
         self._packs = (in_place or size <= PACK_LIMIT) and not self._host_guards
 
     # --- the engine, packed or not ---------------------------------------------------
