@@ -109,7 +109,7 @@ def _command(output: Path) -> list[str]:
     return [
         *compiler(),
         "-std=c++17",
-        "-O2",
+        "-O3",
         "-DNDEBUG",
         "-fPIC",
         "-shared",
