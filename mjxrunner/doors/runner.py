@@ -21,10 +21,9 @@ which the layout keeps apart from the other leaves
 (:class:`~mjxrunner.engine.native.Placement`), so packing copies only the few
 others (1,024 cartpoles: 0.78 ms a step against 1.10 with every leaf copied), and
 impl "c" on one device packs at any size (1,024 hoppers and 256 humanoids: 5-8%
-faster packed).
-The double buffer is then two sets of packed buffers; the
-state's pytree is unpacked into arrays of its own when something reads it, at
-most once per step, so no array handed out is ever donated. Every other
+faster packed). The double buffer is then two sets of packed buffers; the state's
+pytree is unpacked into arrays of its own when something reads it, at most once
+per step, so no array handed out is ever donated. Every other
 operation works on the pytree, and the next step packs it again. On packed buffers
 ``set_actions`` only keeps the controls: the next step's program writes them (one
 program call per step of a step loop, not two), and so does any read of the state

@@ -78,7 +78,7 @@ class Layout:
         results into such buffers in place, whole, with nothing to write after it."""
         leaves, treedef = jax.tree.flatten(tree)
         apart = frozenset(apart)
-        groups: dict[Any, int] = {}  # (kind, dtype, sharding, rows) -> buffer
+        groups: dict[Any, int] = {}  # (kind, dtype, sharding, rows, apart) -> buffer
         buffers: list[list[Any]] = []  # [kind, dtype, sharding, shape], sizes added up
         where: list[Any] = [None] * len(leaves)
         chosen = set(first)
@@ -104,7 +104,7 @@ class Layout:
     ) -> tuple[jax.Array, ...]:
         """The buffers of ``leaves`` (traceable).
 
-        ``into``: buffer index -> a buffer of this layout that already holds some
+        ``into``: buffer index -> a flat buffer of this layout that already holds some
         leaves, as ``placed`` (leaf index -> value) says: those buffers are updated
         in place with the other leaves, where a concatenation would copy them all
         (impl "c"'s host call writes into a step's packed state:
