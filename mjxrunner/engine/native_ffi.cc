@@ -837,40 +837,40 @@ ffi::Error PlacedHostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared,
               setconst_fields, place);
 }
 
+// The attributes both handlers take after their operands and results, in the
+// order of their parameters (native_ffi.call passes the same names).
+template <typename Binding>
+auto WithCallAttrs(Binding binding) {
+  return std::move(binding)
+      .template Attr<int64_t>("host")
+      .template Attr<std::string_view>("how")
+      .template Attr<int64_t>("nstep")
+      .template Attr<std::string_view>("outputs")
+      .template Attr<std::string_view>("shared_fields")
+      .template Attr<std::string_view>("world_fields")
+      .template Attr<std::string_view>("setconst_fields");
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MjxrHostCall, HostCall,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::U32>>()  // state
-                                  .Arg<ffi::AnyBuffer>()         // shared
-                                  .Arg<ffi::AnyBuffer>()         // per_world
-                                  .RemainingArgs()               // state fields
-                                  .Ret<ffi::Buffer<ffi::U32>>()  // bits
-                                  .Ret<ffi::Buffer<ffi::S32>>()  // flags
-                                  .RemainingRets()               // state fields, outputs
-                                  .Attr<int64_t>("host")
-                                  .Attr<std::string_view>("how")
-                                  .Attr<int64_t>("nstep")
-                                  .Attr<std::string_view>("outputs")
-                                  .Attr<std::string_view>("shared_fields")
-                                  .Attr<std::string_view>("world_fields")
-                                  .Attr<std::string_view>("setconst_fields"));
+                              WithCallAttrs(ffi::Ffi::Bind()
+                                                .Arg<ffi::Buffer<ffi::U32>>()  // state
+                                                .Arg<ffi::AnyBuffer>()         // shared
+                                                .Arg<ffi::AnyBuffer>()         // per_world
+                                                .RemainingArgs()  // state fields
+                                                .Ret<ffi::Buffer<ffi::U32>>()  // bits
+                                                .Ret<ffi::Buffer<ffi::S32>>()  // flags
+                                                .RemainingRets()));  // state fields, outputs
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MjxrPlacedHostCall, PlacedHostCall,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::U32>>()  // state
-                                  .Arg<ffi::AnyBuffer>()         // shared
-                                  .Arg<ffi::AnyBuffer>()         // per_world
-                                  .RemainingArgs()               // state fields, buffers
-                                  .Ret<ffi::Buffer<ffi::S32>>()  // flags
-                                  .RemainingRets()               // the buffers, aliased
-                                  .Attr<int64_t>("host")
-                                  .Attr<std::string_view>("how")
-                                  .Attr<int64_t>("nstep")
-                                  .Attr<std::string_view>("outputs")
-                                  .Attr<std::string_view>("shared_fields")
-                                  .Attr<std::string_view>("world_fields")
-                                  .Attr<std::string_view>("setconst_fields")
+                              WithCallAttrs(ffi::Ffi::Bind()
+                                                .Arg<ffi::Buffer<ffi::U32>>()  // state
+                                                .Arg<ffi::AnyBuffer>()         // shared
+                                                .Arg<ffi::AnyBuffer>()         // per_world
+                                                .RemainingArgs()  // state fields, buffers
+                                                .Ret<ffi::Buffer<ffi::S32>>()  // flags
+                                                .RemainingRets())  // the buffers, aliased
                                   .Attr<std::string_view>("places"));
 
 extern "C" {
