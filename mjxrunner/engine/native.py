@@ -585,17 +585,23 @@ def param_leaves(model: Model) -> tuple[int, ...]:
     return tuple(i for i, _ in _params(model))
 
 
+def _data_leaves(tree: Any) -> list[tuple[int, str]]:
+    """``(flat index, field name)`` of the leaves of ``tree`` at ``data.<name>`` and
+    ``data._impl.<name>``: the fields of the data a shell's state holds."""
+    found = []
+    for i, (path, _) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
+        names = tuple(getattr(k, "name", None) for k in path)
+        if len(names) > 1 and names[:-1] in (("data",), ("data", "_impl")):
+            found.append((i, names[-1]))
+    return found
+
+
 def written_leaves(tree: Any) -> tuple[int, ...]:
     """The flat indices of the leaves of ``tree`` (whose ``data`` is impl "c"'s) that
     a step's host call writes whole: its state and derived fields and exact rows.
     A shell packs them apart (``packing.Layout.of``) for :class:`Placement`."""
     written = {*STATE_FIELDS, *DERIVED_FIELDS, *IMPL_FIELDS, "state"}
-    found = []
-    for i, (path, _) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
-        names = tuple(getattr(k, "name", None) for k in path)
-        if names[-1:] and names[-1] in written and names[:-1] in (("data",), ("data", "_impl")):
-            found.append(i)
-    return tuple(found)
+    return tuple(i for i, name in _data_leaves(tree) if name in written)
 
 
 def _leaf(model: Any, path: str) -> Any:
@@ -637,15 +643,10 @@ class Placement:
         """The placement of ``tree`` (whose ``data`` is the stepped data) packed by
         ``layout`` (a :class:`~mjxrunner.engine.packing.Layout`) into ``buffers``."""
         where = {}
-        for i, (path, _) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
-            names = tuple(getattr(k, "name", None) for k in path)
-            if names[:1] != ("data",) or len(names) not in (2, 3):
-                continue
-            if len(names) == 3 and names[1] != "_impl":
-                continue
+        for i, name in _data_leaves(tree):
             b, lo, hi, _, _ = layout.leaves[i]
             if layout.buffers[b][0] == "flat":
-                where[names[-1]] = (i, b, lo, hi - lo)
+                where[name] = (i, b, lo, hi - lo)
         return cls(tuple(buffers), where, tuple(np.dtype(b[1]) for b in layout.buffers))
 
 
@@ -682,20 +683,14 @@ def _places(placement: Placement, n: int, floats: Any, named: tuple, nbits: int)
     if not _fits(placement, "state", np.uint32, nbits):
         return None
     bits = placement.where["state"]
-    used = {bits[1]}
-    places, spill = [(bits[1], bits[2])], []
+    places = [(bits[1], bits[2])]
     for name, size in named:
         at = placement.where.get(name)
-        if _fits(placement, name, floats, n * size):
-            used.add(at[1])
-            places.append((at[1], at[2]))
-        else:
-            places.append(None)
-            spill.append(n * size)
-    order = sorted(used)  # buffer index -> position among the passed buffers
+        places.append((at[1], at[2]) if _fits(placement, name, floats, n * size) else None)
+    order = sorted({p[0] for p in places if p is not None})  # the buffers passed
     position = {b: k for k, b in enumerate(order)}
     total, out = 0, []
-    for p, size in zip(places, [None, *(n * s for _, s in named)], strict=True):
+    for p, size in zip(places, [nbits, *(n * s for _, s in named)], strict=True):
         if size == 0:  # nothing to write: any place will do
             out.append(("0", 0))
         elif p is None:
