@@ -184,7 +184,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         # Impl "c" on one device writes the state's buffers in place (module notes):
         # packed at any size. Split over processes, its leaves are rows of 2-D
         # buffers; through jax.pure_callback (no compiler), results are copied anyway.
-        in_place = self.impl == "c" and self.mesh is None and eng.default_model.tree._impl.host.ffi
+        in_place = self.mesh is None and native.writes_in_place(eng.default_model.tree)
         self._packs = (in_place or size <= PACK_LIMIT) and not self._host_guards
 
     # --- the engine, packed or not ---------------------------------------------------

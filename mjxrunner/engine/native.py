@@ -222,6 +222,12 @@ def is_native(tree: Any) -> bool:
     return isinstance(tree, (Data, Model))
 
 
+def writes_in_place(model: Any) -> bool:
+    """Whether the host calls of impl "c" ``model`` can write their results into
+    buffers handed to them (the FFI handler can; ``jax.pure_callback`` cannot)."""
+    return is_native(model) and model._impl.host.ffi
+
+
 def default_threads() -> int:
     """The batch's threads by default: every core this process may use."""
     try:
