@@ -137,6 +137,44 @@ def test_forward_and_kinematics_agree(monkeypatch):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_repeated_worlds_each_get_their_own_results(monkeypatch):
+    """A forward pass over worlds that repeat the one before them ([a, a, b, b, b,
+    c], as a restart's padding slots do; the FFI path computes each run once and
+    copies it) gives every world its own results: the same as the pure_callback
+    path, field by field, and as native ``mj_forward`` of each world."""
+    m = models.load("hopper")
+    outs, states = {}, {}
+    for path in ("ffi", "pure_callback"):
+        monkeypatch.setenv(native_ffi.MODE_ENV, path)
+        r = MultiEnvRunner(m, N, impl="c", seed=5)
+        qpos, qvel = np.asarray(r.data.qpos).copy(), np.asarray(r.data.qvel).copy()
+        qpos[0:2, 1] += np.float32(0.1)
+        qpos[2:5, 2] -= np.float32(0.3)
+        qvel[5, 0] = np.float32(0.7)
+        data = r.data.replace(qpos=qpos, qvel=qvel)
+        model = r._eng.default_model.tree
+        fwd = jax.jit(jax.vmap(native.forward, in_axes=(None, 0)))(model, data)
+        kin = jax.jit(jax.vmap(native.kinematics, in_axes=(None, 0)))(model, data)
+        outs[path], states[path] = (fwd, kin), exact(fwd)
+    for a, b in zip(
+        jax.tree.leaves(outs["ffi"]), jax.tree.leaves(outs["pure_callback"]), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    fwd = outs["ffi"][0]
+    d = mujoco.MjData(m)
+    for i in range(N):
+        mujoco.mj_setState(m, d, states["ffi"][i], mujoco.mjtState.mjSTATE_INTEGRATION)
+        mujoco.mj_forward(m, d)
+        for name in ("xpos", "qacc", "cvel"):
+            np.testing.assert_array_equal(
+                np.asarray(getattr(fwd, name)[i]),
+                getattr(d, name).astype(np.float32),
+                err_msg=f"world {i}: {name}",
+            )
+    xpos = np.asarray(fwd.xpos)
+    assert not np.array_equal(xpos[1], xpos[2]) and not np.array_equal(xpos[4], xpos[5])
+
+
 # Every kind of state component the row reader copies: a filter actuator's
 # activation, an equality's switch (bool in the data: packed apart from the floats),
 # a mocap body and user data.

@@ -358,6 +358,7 @@ struct Sim {
   std::map<std::string, std::vector<double>> last;  // setconst inputs as last written
   std::vector<char> moved;                           // (n,) worlds to set up again
   std::vector<int> ids;
+  std::vector<int> same;  // (n,) the world a world repeats, or -1 (Repeats)
   std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
 
   ~Sim() {
@@ -551,10 +552,66 @@ struct Sim {
     CallArgs<T> args{&plan,       nstep,          reader.get(),       nstate,
                      sizes.data(), rounded.size(), rounded.data(),     bits,
                      mjb_warning(batch), outputs.data(), flags};
+    // A forward pass computes a world that repeats the one before it once: a
+    // restart's padding slots all read the same world, and a reset without
+    // randomization starts every world alike. A step's worlds seldom repeat.
+    const bool repeats = plan.how != kStep && Repeats(plan, per_world);
     // The batch's rows are not saved: every call writes them all first (above).
-    int nfail = mjb_apply(batch, nullptr, n, RunOne<T>, &args, /*save=*/0);
+    int nfail = mjb_apply(batch, repeats ? ids.data() : nullptr,
+                          repeats ? static_cast<int>(ids.size()) : n, RunOne<T>, &args,
+                          /*save=*/0);
     if (nfail) return Failed(nfail, "the step");
+    if (repeats) Copy(plan, sizes, bits, rounded, outputs, flags);
     return ffi::Error::Success();
+  }
+
+  // Whether some world repeats the one before it (same state row, model values
+  // and warning counters); if so, `same` names the world each repeats (-1: none)
+  // and `ids` the worlds to compute.
+  template <typename T>
+  bool Repeats(const Plan& plan, const T* per_world) {
+    const mjtNum* rows = mjb_state(batch);
+    const mjWarningStat* warning = mjb_warning(batch);
+    const long q = plan.nper_world;
+    same.assign(n, -1);
+    ids.clear();
+    for (long i = 0; i < n; ++i) {
+      const bool repeat =
+          i > 0 &&
+          !std::memcmp(rows + i * nstate, rows + (i - 1) * nstate, sizeof(mjtNum) * nstate) &&
+          !std::memcmp(per_world + i * q, per_world + (i - 1) * q, sizeof(T) * q) &&
+          !std::memcmp(warning + i * mjNWARNING, warning + (i - 1) * mjNWARNING,
+                       sizeof(mjWarningStat) * mjNWARNING);
+      if (repeat) {
+        same[i] = same[i - 1] >= 0 ? same[i - 1] : static_cast<int>(i - 1);
+      } else {
+        ids.push_back(static_cast<int>(i));
+      }
+    }
+    return static_cast<int>(ids.size()) < n;
+  }
+
+  // Each repeating world's results, copied from the world it repeats.
+  template <typename T>
+  void Copy(const Plan& plan, const std::vector<long>& sizes, uint32_t* bits,
+            const std::vector<T*>& rounded, const std::vector<T*>& outputs, int32_t* flags) {
+    mjWarningStat* warning = mjb_warning(batch);
+    for (long i = 0; i < n; ++i) {
+      const long j = same[i];
+      if (j < 0) continue;
+      std::memcpy(bits + 2 * i * nstate, bits + 2 * j * nstate, sizeof(uint32_t) * 2 * nstate);
+      for (size_t k = 0; k < rounded.size(); ++k) {
+        std::memcpy(rounded[k] + i * sizes[k], rounded[k] + j * sizes[k], sizeof(T) * sizes[k]);
+      }
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        const long size = plan.outputs[k].size;
+        std::memcpy(outputs[k] + i * size, outputs[k] + j * size, sizeof(T) * size);
+      }
+      flags[2 * i] = flags[2 * j];
+      flags[2 * i + 1] = flags[2 * j + 1];
+      std::memcpy(warning + i * mjNWARNING, warning + j * mjNWARNING,
+                  sizeof(mjWarningStat) * mjNWARNING);
+    }
   }
 };
 
