@@ -755,11 +755,22 @@ bool Seen(ffi::RemainingArgs& fields, size_t nfields, int n, long nstate, ffi::D
   return true;
 }
 
-template <typename T>
-std::vector<T*> Typed(const std::vector<void*>& p) {
+template <typename T, typename P>
+std::vector<T*> Typed(const std::vector<P*>& p) {
   std::vector<T*> out;
-  for (void* x : p) out.push_back(static_cast<T*>(x));
+  for (P* x : p) out.push_back(static_cast<T*>(x));
   return out;
+}
+
+// Sim::Run on operands and results of the data's float type T.
+template <typename T>
+ffi::Error RunTyped(Sim* sim, const Plan& plan, int steps, const uint32_t* state,
+                    const std::vector<const void*>& seen, const std::vector<long>& sizes,
+                    ffi::AnyBuffer shared, ffi::AnyBuffer per_world, const Results& results,
+                    int32_t* flags) {
+  return sim->Run<T>(plan, steps, state, Typed<const T>(seen), sizes, shared.typed_data<T>(),
+                     per_world.typed_data<T>(), results.bits, Typed<T>(results.fields),
+                     Typed<T>(results.outputs), flags);
 }
 
 // What both handlers share: find the batch and the plan, check the operands,
@@ -811,19 +822,9 @@ ffi::Error Call(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::AnyBuff
     return ffi::Error::InvalidArgument(error);
   }
   const uint32_t* in = state.typed_data();
-  int steps = static_cast<int>(nstep);
-  if (dtype == ffi::DataType::F32) {
-    std::vector<const float*> s;
-    for (const void* x : seen) s.push_back(static_cast<const float*>(x));
-    return sim->Run<float>(*plan, steps, in, s, sizes, shared.typed_data<float>(),
-                           per_world.typed_data<float>(), results.bits,
-                           Typed<float>(results.fields), Typed<float>(results.outputs), flags);
-  }
-  std::vector<const double*> s;
-  for (const void* x : seen) s.push_back(static_cast<const double*>(x));
-  return sim->Run<double>(*plan, steps, in, s, sizes, shared.typed_data<double>(),
-                          per_world.typed_data<double>(), results.bits,
-                          Typed<double>(results.fields), Typed<double>(results.outputs), flags);
+  const int steps = static_cast<int>(nstep);
+  auto run = dtype == ffi::DataType::F32 ? RunTyped<float> : RunTyped<double>;
+  return run(sim, *plan, steps, in, seen, sizes, shared, per_world, results, flags);
 }
 
 // Results of their own: bits, flags, then each state field and each output.
