@@ -650,9 +650,9 @@ class Placement:
         ``layout`` (a :class:`~mjxrunner.engine.packing.Layout`) into ``buffers``."""
         where = {}
         for i, name in _data_leaves(tree):
-            b, lo, hi, _, _ = layout.leaves[i]
-            if layout.buffers[b][0] == "flat":
-                where[name] = (i, b, lo, hi - lo)
+            at = layout.flat_range(i)
+            if at is not None:
+                where[name] = (i, *at)
         return cls(tuple(buffers), where, tuple(np.dtype(b[1]) for b in layout.buffers))
 
 

@@ -174,6 +174,12 @@ class Layout:
             buf = value
         return (*buffers[:b], buf, *buffers[b + 1 :])
 
+    def flat_range(self, i: int) -> tuple[int, int, int] | None:
+        """``(buffer, offset, size)`` of leaf ``i`` where it lies in a flat buffer
+        (raveled, in elements), else None."""
+        b, lo, hi, _, _ = self.leaves[i]
+        return (b, lo, hi - lo) if self.buffers[b][0] == _FLAT else None
+
     def index(self, tree: Any, *path: str) -> int:
         """The index of the leaf at attribute ``path`` of ``tree`` (of this layout)."""
         for i, (p, _) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
