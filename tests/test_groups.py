@@ -178,6 +178,14 @@ def test_two_groups_equal_two_runners_through_resets_parameters_and_randomizatio
     )
 
 
+def test_waiting_for_every_group_changes_nothing(runners):
+    group, alone = runners
+    drive(group, alone, np.random.default_rng(7))
+    assert group.block_until_ready() is group
+    assert all(x.is_ready() for m in group.groups for x in jax.tree.leaves(m.engine.state))
+    assert_same(group, alone, "after waiting")
+
+
 def test_full_reset_restores_every_group(runners):
     group, _ = runners
     group.set_gravity([0.0, 0.0, -1.0])  # shared in both groups now

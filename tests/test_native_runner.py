@@ -10,6 +10,7 @@ pictures. One hopper runner walks through the checks in order, its reference one
 
 import copy
 
+import jax
 import mujoco
 import numpy as np
 import pytest
@@ -85,6 +86,20 @@ def test_a_step_without_contacts_in_chosen_worlds(pair):
     free = copy.copy(pair.m)
     free.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
     pair.step_reference(u, models=[pair.m, free, pair.m, pair.m])
+    pair.assert_equal()
+
+
+def test_waiting_for_the_steps_reads_nothing_and_changes_nothing(pair):
+    r = pair.runner
+    for _ in range(3):
+        u = pair.actions()
+        r.set_actions(u)
+        r.step()
+        pair.step_reference(u)
+    assert r.block_until_ready() is r
+    # every packed buffer is done, and the state was not unpacked to get there
+    assert all(x.is_ready() for x in jax.tree.leaves(r._buffers))
+    assert not r._fresh
     pair.assert_equal()
 
 

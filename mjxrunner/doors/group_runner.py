@@ -218,6 +218,13 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
 
     # --- stepping -----------------------------------------------------------------------
 
+    def block_until_ready(self) -> GroupRunner:
+        """Waits until every group's steps are done; as
+        :meth:`MultiEnvRunner.block_until_ready`."""
+        for m in self._members:
+            m.block_until_ready()
+        return self
+
     def step(self, dt: float | None = None, substeps: int = 1) -> None:
         """Advances every world of every group in one compiled call; as
         :meth:`MultiEnvRunner.step`. A ``"raise"`` guard in any group rolls back

@@ -454,6 +454,16 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         )
         self._swap(eng.replace(model=eng.model if model is None else model, state=new))
 
+    def block_until_ready(self) -> MultiEnvRunner:
+        """Waits until every step dispatched so far is done, reading nothing back.
+
+        A step returns once it is dispatched, before its results exist (JAX's
+        asynchronous dispatch). Call this to time a loop, or to keep a loop in step
+        with the physics, without the cost of reading the state. Returns the runner.
+        """
+        jax.block_until_ready(self._frame.state if self._fresh else self._buffers)
+        return self
+
     def _step_packed(self, dt: Any, substeps: int, collide: Any) -> None:
         """A step on packed buffers; the old ones become the scratch buffers."""
         model_layout, model_buffers = self._packed_model()
