@@ -7,6 +7,9 @@ run with ``substeps=1``), on ``--threads`` threads:
 
 * ``step_loop``: ``MultiEnvRunner(impl="c")``, ``set_actions`` + ``step()`` from a
   Python loop;
+* ``step_wait``: the same loop, waiting for every step (``block_until_ready``) before
+  the next, reading nothing back: the floor of a door that hands out each step's
+  results, as the Gymnasium door does, before any task or autoreset;
 * ``rollout``: the same runner's ``rollout`` (one compiled scan);
 * ``env``: a jitted ``lax.scan`` of ``mjxrunner.env.step`` with the model's first
   task, same-step autoreset;
@@ -63,7 +66,17 @@ SIZES = (256, 1024)
 STEPS = 100  # env steps per timed call (and rollout_100's nstep)
 MJX_STEPS = {"cartpole": 100, "hopper": 20, "ant": 10, "humanoid": 10}
 ROLLOUT_REFS = ("rollout_100", "rollout_1")
-VARIANTS = ("step_loop", "rollout", "env", "gym", "mjx", "rollout_1", "rollout_100", "batch_1")
+VARIANTS = (
+    "step_loop",
+    "step_wait",
+    "rollout",
+    "env",
+    "gym",
+    "mjx",
+    "rollout_1",
+    "rollout_100",
+    "batch_1",
+)
 PROBE_MODEL = "humanoid"  # the env whose compile time is reported
 ROOT = Path(__file__).resolve().parents[1]  # run as ``python -m benchmarks.native_throughput``
 
@@ -130,6 +143,8 @@ def prepare(name: str, model: str, num_envs: int, threads: int, seed: int) -> Ca
         return _gym_case(w, threads, np)
     if name == "batch_1":
         return _batch_case(w, threads, np)
+    if name == "step_wait":
+        return _step_wait_case(w)
     if name in ("step_loop", "rollout"):
         trial = getattr(bench_variants, f"_prepare_{name}")(w)
     elif name == "mjx":
@@ -157,6 +172,20 @@ def _env_case(w, threads: int) -> Case:
     start = jax.block_until_ready(jax.jit(env_.reset)(env, jax.random.key(w.seed)))
     actions = jax.device_put(w.actions)
     return Case(lambda: jax.block_until_ready(scan(env, start, actions)), w.n_steps)
+
+
+def _step_wait_case(w) -> Case:
+    from mjxrunner.tools import bench_variants
+
+    runner = bench_variants._runner(w)
+
+    def run() -> None:
+        for a in w.actions:
+            runner.set_actions(a)
+            runner.step()
+            runner.block_until_ready()
+
+    return Case(run, w.n_steps, restore=bench_variants._restorer(runner))
 
 
 def _gym_case(w, threads: int, np) -> Case:
@@ -332,11 +361,12 @@ def markdown(record: dict) -> str:
         "to `mujoco.rollout` called once per step; `/b1`: ratio to `mujoco.batch`'s "
         "step called once per step (exact state, nothing around it)",
         "",
-        "| model | worlds | step loop | rollout | env | gym | mjx | rollout_1 | rollout_100 "
-        "| batch_1 | step loop /r100 | rollout /r100 | env /r100 | gym /r100 | step loop /r1 "
-        "| gym /r1 | step loop /b1 | gym /b1 | mjx /r100 | largest spread |",
+        "| model | worlds | step loop | step wait | rollout | env | gym | mjx | rollout_1 "
+        "| rollout_100 | batch_1 | step loop /r100 | step wait /r100 | rollout /r100 "
+        "| env /r100 | gym /r100 | step loop /r1 | gym /r1 | step loop /b1 | gym /b1 "
+        "| mjx /r100 | largest spread |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     failures = []
     for row in record["results"]:
@@ -349,7 +379,7 @@ def markdown(record: dict) -> str:
         r100, r1 = r("rollout_100"), r("rollout_1")
         cells = [row["model"], str(row["num_envs"])]
         cells += [_k(r(n)) for n in VARIANTS]
-        cells += [_x(r(n), r100) for n in ("step_loop", "rollout", "env", "gym")]
+        cells += [_x(r(n), r100) for n in ("step_loop", "step_wait", "rollout", "env", "gym")]
         b1 = r("batch_1")
         cells += [_x(r("step_loop"), r1), _x(r("gym"), r1)]
         cells += [_x(r("step_loop"), b1), _x(r("gym"), b1), _x(r("mjx"), r100)]
