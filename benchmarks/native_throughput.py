@@ -143,10 +143,10 @@ def prepare(name: str, model: str, num_envs: int, threads: int, seed: int) -> Ca
         return _gym_case(w, threads, np)
     if name == "batch_1":
         return _batch_case(w, threads, np)
-    if name == "step_wait":
-        return _step_wait_case(w)
     if name in ("step_loop", "rollout"):
         trial = getattr(bench_variants, f"_prepare_{name}")(w)
+    elif name == "step_wait":
+        trial = bench_variants._prepare_step_loop(w, wait=True)
     elif name == "mjx":
         trial = bench_variants._prepare_raw(w)  # MJX impl jax beside impl c
     elif name == "rollout_1":
@@ -172,20 +172,6 @@ def _env_case(w, threads: int) -> Case:
     start = jax.block_until_ready(jax.jit(env_.reset)(env, jax.random.key(w.seed)))
     actions = jax.device_put(w.actions)
     return Case(lambda: jax.block_until_ready(scan(env, start, actions)), w.n_steps)
-
-
-def _step_wait_case(w) -> Case:
-    from mjxrunner.tools import bench_variants
-
-    runner = bench_variants._runner(w)
-
-    def run() -> None:
-        for a in w.actions:
-            runner.set_actions(a)
-            runner.step()
-            runner.block_until_ready()
-
-    return Case(run, w.n_steps, restore=bench_variants._restorer(runner))
 
 
 def _gym_case(w, threads: int, np) -> Case:

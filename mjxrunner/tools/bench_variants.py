@@ -228,13 +228,18 @@ def _prepare_env(w: Workload) -> Trial:
     return Trial(run=lambda: jax.block_until_ready(_env_scan_jit(env, start, actions)))
 
 
-def _prepare_step_loop(w: Workload) -> Trial:
+def _prepare_step_loop(w: Workload, wait: bool = False) -> Trial:
+    """The runner's ``set_actions`` + ``step()`` loop; with ``wait``, each step is
+    waited for (``block_until_ready``) before the next, as a door that hands out
+    every step's results must."""
     runner = _runner(w)
 
     def run() -> None:
         for t in range(w.n_steps):
             runner.set_actions(w.actions[t])
             runner.step(substeps=w.substeps)
+            if wait:
+                runner.block_until_ready()
         jax.block_until_ready(runner.state)
 
     return Trial(run=run, restore=_restorer(runner))
