@@ -316,6 +316,30 @@ def test_layout_packs_leaves_into_few_buffers_and_back():
     np.testing.assert_array_equal(np.asarray(again["pos"]), np.asarray(tree["pos"]))
 
 
+def test_empty_leaves_take_no_buffer_of_their_own():
+    """A leaf with no values joins a flat buffer of its dtype (even one kept apart
+    for a host call's results), so a compiled call takes and returns no buffer of
+    nothing; only a dtype with no other leaf gets an empty buffer. Packing and
+    unpacking give every leaf back, empty ones with their shapes."""
+    from mjxrunner.engine.packing import Layout, packer, unpacker
+
+    tree = {
+        "a": jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3),
+        "b": jnp.array([True, False]),
+        "e": jnp.zeros((2, 0), bool),  # empty, kept apart like the step's results
+        "f": jnp.zeros((2, 0), jnp.float32),
+        "g": jnp.zeros((0,), jnp.int32),  # empty, the only int32 leaf
+    }
+    layout = Layout.of(tree, apart=(2,))
+    kinds = sorted((str(d), shape) for _, d, _, shape in layout.buffers)
+    assert kinds == [("bool", (2,)), ("float32", (6,)), ("int32", (0,))]
+    buffers = packer(layout)(jax.tree.leaves(tree))
+    back = layout.treedef.unflatten(unpacker(layout)(buffers))
+    for name, x in tree.items():
+        assert back[name].shape == x.shape and back[name].dtype == x.dtype, name
+        np.testing.assert_array_equal(np.asarray(back[name]), np.asarray(x))
+
+
 def test_a_door_split_over_two_devices_steps_as_on_one(adapters):
     one = adapters[AutoresetMode.SAME_STEP]
     two = MjxVectorEnv(TASK, N, autoreset_mode="same_step", seed=SEED, devices=2)

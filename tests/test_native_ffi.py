@@ -19,7 +19,7 @@ import pytest
 from test_native import DIVERGING, Reference, controls, exact
 
 from mjxrunner import MultiEnvRunner, models
-from mjxrunner.engine import native, native_ffi
+from mjxrunner.engine import native, native_ffi, packing
 
 N = 6
 
@@ -199,7 +199,8 @@ COMPONENTS = """
 def placed_step(r: MultiEnvRunner):
     """``(layout, buffers of r's state, jit of one physics step on packed buffers)``:
     the step writes into the scratch buffers in place where ``place`` is True (as
-    the runner's packed step does), and records how many leaves it placed."""
+    the runner's packed step does; ``"views"``: it also reads the state fields from
+    the input buffers in place), and records how many leaves it placed."""
     from mjxrunner.engine import core
     from mjxrunner.engine.packing import Layout
 
@@ -209,7 +210,9 @@ def placed_step(r: MultiEnvRunner):
 
     def step(buffers, scratch, place):
         st = layout.unflatten(buffers)
-        with native.placing(native.Placement.of(layout, scratch, st) if place else None) as p:
+        inputs = buffers if place == "views" else ()
+        placement = native.Placement.of(layout, scratch, st, inputs) if place else None
+        with native.placing(placement) as p:
             data, _ = core.physics_step(model, st.data, st.ctrl, None, 1)
         if p is None:
             return layout.pack(jax.tree.leaves(st.replace(data=data)))
@@ -234,6 +237,80 @@ def test_a_packed_step_writes_its_results_in_place(monkeypatch):
     scratch = jax.tree.map(jax.numpy.zeros_like, buffers)
     for a, b in zip(step(buffers, scratch, True), step(buffers, buffers, False), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_packed_step_reads_its_state_fields_in_place(monkeypatch):
+    """Given the buffers the state came from, the host call reads each state field
+    that is still as unpacked at its place there (a view), not from a slice copied
+    into an operand of its own, with the same results bit for bit; a field the
+    step changed first (the controls here) goes as an operand of its own."""
+    r = runner(COMPONENTS, "ffi", monkeypatch, 4)
+    r.set_actions(np.full((4, 1), 0.5, np.float32))
+    r.step()
+    _, buffers, step, _ = placed_step(r)
+    seen = []
+    call = native_ffi.call
+
+    def spy(*args, **kwargs):
+        if len(args) > 9:  # a placed call: (..., placed, views)
+            seen.append(args[9])
+        return call(*args, **kwargs)
+
+    monkeypatch.setattr(native_ffi, "call", spy)
+    scratch = jax.tree.map(jax.numpy.zeros_like, buffers)
+    viewed = step(buffers, scratch, "views")
+    (views,) = seen
+    names = [name for name, _ in host_of(r).fields]
+    assert len(views) == len(names)
+    own = {names[k] for k, (operand, _, _) in enumerate(views) if operand != 0}
+    # The controls, which the step sets from the runner's own, and what the data
+    # holds in another dtype (eq_active, a bool): each converted into an operand.
+    other = {name for name in names if getattr(r.data, name).dtype != np.float32}
+    assert own == {"ctrl"} | other and "eq_active" in other
+    scratch = jax.tree.map(jax.numpy.zeros_like, buffers)
+    for a, b in zip(viewed, step(buffers, scratch, True), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_runners_step_reads_state_and_model_in_place(monkeypatch):
+    """The runner's own packed step passes its packed state and model to the host
+    call whole: every state field it did not change is a view, and the shared
+    model fields lie side by side in the packed model (an offset, not a copy)."""
+    seen = []
+    call = native_ffi.call
+
+    def spy(*args, **kwargs):
+        if len(args) > 9:  # a placed call: (..., placed, views)
+            seen.append((args[9], kwargs))
+        return call(*args, **kwargs)
+
+    monkeypatch.setattr(native_ffi, "call", spy)
+    monkeypatch.setattr(packing, "_COMPILED", {})  # traced here, whatever ran before
+    monkeypatch.setenv(native_ffi.MODE_ENV, "ffi")
+    r = MultiEnvRunner("hopper", 3, impl="c", seed=5)
+    r.set_actions(np.full((3, 3), 0.25, np.float32))
+    r.step()
+    views, kwargs = seen[-1]
+    assert views and kwargs["shared_offset"] >= 0
+    assert sum(operand != 0 for operand, _, size in views if size) == 1  # the controls
+
+
+def test_a_view_beyond_its_operand_is_refused(monkeypatch):
+    """The handler checks each view against its operand: a field said to lie past
+    the end of the buffer fails the call with a message that says so, instead of
+    reading beyond it."""
+    r = runner("cartpole", "ffi", monkeypatch, 2)
+    _, buffers, step, _ = placed_step(r)
+    views = native._views
+
+    def beyond(*args):
+        operands, where = views(*args)
+        (operand, _, size), *rest = where
+        return operands, ((operand, 10**6, size), *rest)
+
+    monkeypatch.setattr(native, "_views", beyond)
+    with pytest.raises(Exception, match="view beyond its operand"):
+        jax.block_until_ready(step(buffers, jax.tree.map(jax.numpy.copy, buffers), "views"))
 
 
 def test_a_place_that_does_not_fit_is_refused(monkeypatch):

@@ -102,7 +102,10 @@ def _packed_advance(config, model_layout: Layout, layout: Layout, substeps: int)
         model, state = model_layout.unflatten(model_buffers), layout.unflatten(buffers)
         state = state.replace(ctrl=_set_ctrl(state.ctrl, mask, controls))
         # Impl "c" writes the new state into the scratch buffers, in place.
-        with native.placing(native.Placement.of(layout, scratch, state)) as placement:
+        placement = native.Placement.of(
+            layout, scratch, state, buffers, (model_layout, model_buffers, model)
+        )
+        with native.placing(placement):
             _, new = engine.advance(config, model, None, ref, state, None, dt, substeps, collide)
         return layout.pack(jax.tree.leaves(new), placement.out, placement.values)
 

@@ -587,8 +587,9 @@ def param_paths(model: Model) -> tuple[str, ...]:
 
 def param_leaves(model: Model) -> tuple[int, ...]:
     """Their flat indices: a shell that packs the model puts them first, in this
-    order, so that the step gathers them with one copy (``packing.Layout.of``)."""
-    return tuple(i for i, _ in _params(model))
+    order, so that the step reads them in place (``packing.Layout.of``). ``model``
+    may be a :class:`~mjxrunner.engine.worlds.FlatModel` (same leaves, same order)."""
+    return tuple(i for i, _ in _params(getattr(model, "tree", model)))
 
 
 def _data_leaves(tree: Any) -> list[tuple[int, str]]:
@@ -634,6 +635,14 @@ class Placement:
         offset, size)``: its leaf index in the packed tree, the buffer, the offset
         of its range and its size (in elements), for the leaves in flat buffers.
       dtypes: each buffer's dtype.
+      inputs: the buffers ``tree`` was unpacked from (traced, same layout), or ().
+      sources: data field name -> ``(value, buffer, offset)``: the leaf of ``tree``
+        as unpacked from ``inputs``; the host call reads a state field that is still
+        that very value from its place in ``inputs`` (no copy of a slice).
+      model_inputs: the packed model's buffers (traced), or ().
+      model_sources: ``id`` of a model leaf unpacked from them -> ``(leaf, buffer,
+        offset)``, for flat buffers: model fields that lie side by side there are
+        read in place.
       out: after the call, buffer index -> the buffer the call wrote.
       values: after the call, leaf index -> the value the call placed there.
     """
@@ -641,19 +650,46 @@ class Placement:
     buffers: tuple
     where: dict
     dtypes: tuple
+    inputs: tuple = ()
+    sources: dict = dataclasses.field(default_factory=dict)
+    model_inputs: tuple = ()
+    model_sources: dict = dataclasses.field(default_factory=dict)
     out: dict = dataclasses.field(default_factory=dict)
     values: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def of(cls, layout: Any, buffers: tuple, tree: Any) -> "Placement":
+    def of(
+        cls, layout: Any, buffers: tuple, tree: Any, inputs: tuple = (), model: tuple = ()
+    ) -> "Placement":
         """The placement of ``tree`` (whose ``data`` is the stepped data) packed by
-        ``layout`` (a :class:`~mjxrunner.engine.packing.Layout`) into ``buffers``."""
-        where = {}
+        ``layout`` (a :class:`~mjxrunner.engine.packing.Layout`) into ``buffers``;
+        ``inputs``: the buffers ``tree`` was unpacked from, if it was; ``model``:
+        ``(layout, buffers, model)``, the model as unpacked from its buffers."""
+        where, sources = {}, {}
+        leaves = jax.tree.leaves(tree)
         for i, name in _data_leaves(tree):
             at = layout.flat_range(i)
             if at is not None:
                 where[name] = (i, *at)
-        return cls(tuple(buffers), where, tuple(np.dtype(b[1]) for b in layout.buffers))
+                if inputs:
+                    sources[name] = (leaves[i], at[0], at[1])
+        dtypes = tuple(np.dtype(b[1]) for b in layout.buffers)
+        model_inputs, model_sources = (), {}
+        if model:
+            model_layout, model_inputs, unpacked = model
+            for i, leaf in enumerate(jax.tree.leaves(unpacked)):
+                at = model_layout.flat_range(i)
+                if at is not None:
+                    model_sources[id(leaf)] = (leaf, at[0], at[1])
+        return cls(
+            tuple(buffers),
+            where,
+            dtypes,
+            tuple(inputs),
+            sources,
+            tuple(model_inputs),
+            model_sources,
+        )
 
 
 _placement = threading.local()
@@ -705,6 +741,48 @@ def _places(placement: Placement, n: int, floats: Any, named: tuple, nbits: int)
         else:
             out.append((str(position[p[0]]), p[1]))
     return order, tuple(out), total
+
+
+def _views(placement: Placement, data: Data, fields: tuple, floats: Any) -> tuple:
+    """``(operands, views)`` of the state fields for the placed host call: a field
+    that is still the value unpacked from the shell's input buffers is read there
+    (``(operand, offset, size)``), any other is an operand of its own."""
+    operands, index, views = [], {}, []
+    for name, size in fields:
+        value = getattr(data, name)
+        src = placement.sources.get(name)
+        if src is not None and value is src[0] and placement.dtypes[src[1]] == floats:
+            buf = placement.inputs[src[1]]
+            offset = src[2]
+        else:
+            buf, offset = value.reshape(value.shape[0], -1).astype(floats), 0
+        if id(buf) not in index:
+            index[id(buf)] = len(operands)
+            operands.append(buf)
+        views.append((index[id(buf)], offset, size))
+    return tuple(operands), tuple(views)
+
+
+def _shared_view(placement: Placement, shared: list, floats: Any) -> tuple | None:
+    """``(buffer, offset)`` where the shared model fields lie side by side, in order,
+    in the packed model (so the host call reads them there), else None."""
+    if not shared or not placement.model_inputs:
+        return None
+    start = end = buf = None
+    for _, leaf in shared:
+        if leaf.size == 0:  # no values to read, wherever it lies
+            continue
+        src = placement.model_sources.get(id(leaf))
+        if src is None or src[0] is not leaf or (buf is not None and src[1] != buf):
+            return None
+        if end is not None and src[2] != end:
+            return None
+        buf, end = src[1], src[2] + leaf.size
+        start = src[2] if start is None else start
+    if buf is None:
+        return None
+    x = placement.model_inputs[buf]
+    return (x, start) if x.dtype == floats and x.ndim == 1 else None
 
 
 def _run(
@@ -770,8 +848,20 @@ def _run(
         order, places, spill = plan
         passed = tuple(placement.buffers[b] for b in order)
         passed += (jnp.zeros((spill,), floats),) if spill else ()
+        seen, views = _views(placement, data, host.fields, np.dtype(floats))
+        shared_at = _shared_view(placement, shared, np.dtype(floats))
+        if shared_at is not None:
+            operands = (operands[0], shared_at[0], operands[2])
         flags, *written = native_ffi.call(
-            host, call, shapes[1:2], *operands, fields, SETCONST_FIELDS, (passed, places)
+            host,
+            call,
+            shapes[1:2],
+            *operands,
+            seen,
+            SETCONST_FIELDS,
+            (passed, places),
+            views,
+            shared_offset=-1 if shared_at is None else shared_at[1],
         )
         placement.out = dict(zip(order, written, strict=False))
         results = []

@@ -36,7 +36,15 @@
 // buffers that XLA aliases to its results after the flags (a shell's packed state,
 // donated), and writes the bits, state fields and derived fields into them at the
 // offsets `places` names, leaving the rest as it came: packing separate results
-// would cost a copy of every one.
+// would cost a copy of every one. It also reads in place: `views` puts each state
+// field at an offset of one of the operands before those buffers (the shell's
+// packed state as it came in), and `shared_offset` the shared model fields at an
+// offset of `shared` (the packed model), so that XLA copies no slice of them
+// into operands of their own. That matters more than the copy: a step of XLA:CPU
+// whose program has more than 8 thunks runs them on a dataflow executor that
+// hands thunks to other threads when about 8 or more are ready at once (and may
+// hand a custom call to another thread when anything else is ready beside it);
+// each hand-off costs tens of microseconds on a 2-core machine.
 //
 // One mjBatch per (host, n), made at first use; a host is registered by Python
 // (mjxr_register) and released when its Python object goes (mjxr_release).
@@ -45,6 +53,7 @@
 #include <mujoco/mjxmacro.h>
 #include <mujoco/mujoco.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -732,20 +741,56 @@ bool Place(std::string_view places, ffi::RemainingRets& dests, const std::vector
   return true;
 }
 
-// The state fields as the data holds them (operands `fields[0:nfields]`), checked
-// against the state row; their sizes go to `sizes`.
-bool Seen(ffi::RemainingArgs& fields, size_t nfields, int n, long nstate, ffi::DataType dtype,
-          std::vector<const void*>* seen, std::vector<long>* sizes, std::string* error) {
+// The state fields as the data holds them, checked against the state row; their
+// sizes go to `sizes`. Without `views`, operands `fields[0:nfields]`, one per field,
+// (n, size) each. With `views` ("operand:offset:size" per field, in elements), each
+// field lies whole, (n, size) row-major, at that offset of operand
+// `fields[operand]` (of `nfields` operands): a shell passes the packed buffer a
+// field lies in instead of a slice of it, so that XLA runs no copy for it.
+bool Seen(ffi::RemainingArgs& fields, size_t nfields, std::string_view views, int n,
+          long nstate, ffi::DataType dtype, std::vector<const void*>* seen,
+          std::vector<long>* sizes, std::string* error) {
+  std::vector<std::pair<std::string, long>> items;
+  if (views.empty()) {
+    for (size_t k = 0; k < nfields; ++k) items.emplace_back(std::to_string(k) + ":0", -1);
+  } else if (!ParseList(views, &items)) {
+    *error = "impl 'c': a malformed list of views";
+    return false;
+  }
   long total = 0;
-  for (size_t k = 0; k < nfields; ++k) {
-    auto arg = fields.get<ffi::AnyBuffer>(k);
-    if (!arg.has_value() || arg->element_type() != dtype || arg->element_count() % n != 0) {
-      *error = "impl 'c': state fields of other types or sizes";
+  for (auto& [where, size] : items) {
+    std::vector<std::pair<std::string, long>> at;
+    if (!ParseList(where, &at) || at.size() != 1 || at[0].first.empty() ||
+        at[0].first.find_first_not_of("0123456789") != std::string::npos) {
+      *error = "impl 'c': a malformed view " + where;
       return false;
     }
-    sizes->push_back(static_cast<long>(arg->element_count() / n));
-    seen->push_back(arg->untyped_data());
-    total += sizes->back();
+    const long operand = std::atol(at[0].first.c_str()), offset = at[0].second;
+    if (operand < 0 || static_cast<size_t>(operand) >= nfields) {
+      *error = "impl 'c': a view of no operand";
+      return false;
+    }
+    auto arg = fields.get<ffi::AnyBuffer>(operand);
+    if (!arg.has_value() || arg->element_type() != dtype) {
+      *error = "impl 'c': state fields of other types";
+      return false;
+    }
+    const long count = static_cast<long>(arg->element_count());
+    if (size < 0) {  // a field of its own: its size is its values per world
+      if (count % n != 0) {
+        *error = "impl 'c': state fields of other sizes";
+        return false;
+      }
+      size = count / n;
+    }
+    if (offset + n * size > count) {
+      *error = "impl 'c': a view beyond its operand";
+      return false;
+    }
+    sizes->push_back(size);
+    seen->push_back(static_cast<const char*>(arg->untyped_data()) +
+                    offset * static_cast<long>(ffi::ByteWidth(dtype)));
+    total += size;
   }
   if (total != nstate) {
     *error = "impl 'c': the state fields hold " + std::to_string(total) +
@@ -766,20 +811,23 @@ std::vector<T*> Typed(const std::vector<P*>& p) {
 template <typename T>
 ffi::Error RunTyped(Sim* sim, const Plan& plan, int steps, const uint32_t* state,
                     const std::vector<const void*>& seen, const std::vector<long>& sizes,
-                    ffi::AnyBuffer shared, ffi::AnyBuffer per_world, const Results& results,
-                    int32_t* flags) {
-  return sim->Run<T>(plan, steps, state, Typed<const T>(seen), sizes, shared.typed_data<T>(),
+                    ffi::AnyBuffer shared, long shared_offset, ffi::AnyBuffer per_world,
+                    const Results& results, int32_t* flags) {
+  return sim->Run<T>(plan, steps, state, Typed<const T>(seen), sizes,
+                     shared.typed_data<T>() + shared_offset,
                      per_world.typed_data<T>(), results.bits, Typed<T>(results.fields),
                      Typed<T>(results.outputs), flags);
 }
 
 // What both handlers share: find the batch and the plan, check the operands,
 // then Run with the results in `place` (which fills a Results, given the sizes of
-// the state fields and the plan).
+// the state fields and the plan). The shared model fields lie side by side from
+// `shared_offset` of `shared` (-1: `shared` holds them and nothing else).
 template <typename PlaceFn>
-ffi::Error Call(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::AnyBuffer per_world,
-                ffi::RemainingArgs& fields, size_t nfields, int32_t* flags, size_t nflags,
-                int64_t token, std::string_view how, int64_t nstep, std::string_view outputs,
+ffi::Error Call(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, int64_t shared_offset,
+                ffi::AnyBuffer per_world, ffi::RemainingArgs& fields, size_t nfields,
+                std::string_view views, int32_t* flags, size_t nflags, int64_t token,
+                std::string_view how, int64_t nstep, std::string_view outputs,
                 std::string_view shared_fields, std::string_view world_fields,
                 std::string_view setconst_fields, PlaceFn place) {
   NativeFloats native_floats;
@@ -809,7 +857,9 @@ ffi::Error Call(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::AnyBuff
   }
   const Plan* plan = sim->Resolve(how, outputs, shared_fields, world_fields, setconst_fields, &error);
   if (!plan) return ffi::Error::Internal(error);
-  if (shared.element_count() != static_cast<size_t>(plan->nshared) ||
+  const long shared_count = static_cast<long>(shared.element_count());
+  if ((shared_offset < 0 ? shared_count != plan->nshared
+                         : shared_offset + plan->nshared > shared_count) ||
       per_world.element_count() != static_cast<size_t>(n * plan->nper_world) ||
       nflags != static_cast<size_t>(2 * n)) {
     return ffi::Error::InvalidArgument("impl 'c': operand or result sizes disagree with the call");
@@ -817,14 +867,15 @@ ffi::Error Call(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::AnyBuff
   std::vector<const void*> seen;
   std::vector<long> sizes;
   Results results;
-  if (!Seen(fields, nfields, n, nstate, dtype, &seen, &sizes, &error) ||
+  if (!Seen(fields, nfields, views, n, nstate, dtype, &seen, &sizes, &error) ||
       !place(sizes, *plan, n, nstate, dtype, &results, &error)) {
     return ffi::Error::InvalidArgument(error);
   }
   const uint32_t* in = state.typed_data();
   const int steps = static_cast<int>(nstep);
   auto run = dtype == ffi::DataType::F32 ? RunTyped<float> : RunTyped<double>;
-  return run(sim, *plan, steps, in, seen, sizes, shared, per_world, results, flags);
+  return run(sim, *plan, steps, in, seen, sizes, shared, std::max<long>(shared_offset, 0),
+             per_world, results, flags);
 }
 
 // Results of their own: bits, flags, then each state field and each output.
@@ -854,7 +905,7 @@ ffi::Error HostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared, ffi::Any
     }
     return true;
   };
-  return Call(state, shared, per_world, fields, fields.size(), flags->typed_data(),
+  return Call(state, shared, -1, per_world, fields, fields.size(), "", flags->typed_data(),
               flags->element_count(), token, how, nstep, outputs, shared_fields, world_fields,
               setconst_fields, place);
 }
@@ -869,7 +920,8 @@ ffi::Error PlacedHostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared,
                           int64_t token, std::string_view how, int64_t nstep,
                           std::string_view outputs, std::string_view shared_fields,
                           std::string_view world_fields, std::string_view setconst_fields,
-                          std::string_view places) {
+                          std::string_view places, std::string_view views,
+                          int64_t shared_offset) {
   if (args.size() < dests.size()) {
     return ffi::Error::InvalidArgument("impl 'c': fewer operands than placed buffers");
   }
@@ -890,7 +942,8 @@ ffi::Error PlacedHostCall(ffi::Buffer<ffi::U32> state, ffi::AnyBuffer shared,
                    ffi::DataType dtype, Results* out, std::string* error) {
     return Place(places, dests, sizes, plan, n, nstate, dtype, out, error);
   };
-  return Call(state, shared, per_world, args, args.size() - dests.size(), flags->typed_data(),
+  return Call(state, shared, shared_offset, per_world, args, args.size() - dests.size(), views,
+              flags->typed_data(),
               flags->element_count(), token, how, nstep, outputs, shared_fields, world_fields,
               setconst_fields, place);
 }
@@ -929,12 +982,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MjxrPlacedHostCall, PlacedHostCall,
                                                 .RemainingArgs()  // state fields, buffers
                                                 .Ret<ffi::Buffer<ffi::S32>>()  // flags
                                                 .RemainingRets())  // the buffers, aliased
-                                  .Attr<std::string_view>("places"));
+                                  .Attr<std::string_view>("places")
+                                  .Attr<std::string_view>("views")
+                                  .Attr<int64_t>("shared_offset"));
 
 extern "C" {
 
 // The ABI of this file: Python checks it before use.
-MJXR_EXPORT int mjxr_version() { return 3; }
+MJXR_EXPORT int mjxr_version() { return 4; }
 
 // Makes `token` name the host model at `model` (an mjModel*), stepped on `nthread`
 // threads. The model must stay alive until mjxr_release(token).

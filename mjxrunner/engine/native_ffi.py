@@ -55,7 +55,7 @@ from mjxrunner.engine import cache
 SOURCE = Path(__file__).with_name("native_ffi.cc")
 TARGET = "mjxrunner_native_host_call"
 PLACED_TARGET = "mjxrunner_native_placed_host_call"
-ABI = 3  # mjxr_version() of the source this module speaks to
+ABI = 4  # mjxr_version() of the source this module speaks to
 
 MODE_ENV = "MJXRUNNER_HOST_CALL"
 CXX_ENV = "MJXRUNNER_CXX"
@@ -260,6 +260,8 @@ def call(
     fields,
     setconst: frozenset,
     placed: tuple = (),
+    views: tuple = (),
+    shared_offset: int = -1,
 ):
     """The FFI call that replaces ``jax.pure_callback(host.run, ...)`` in
     :func:`mjxrunner.engine.native._run`: same operands, same results; ``setconst``
@@ -268,7 +270,14 @@ def call(
     ``placed``: ``(buffers, places)``, where the results go instead of arrays of
     their own: ``places`` gives ``(buffer, offset)`` for the bits, each state field
     and each output, ``buffers`` (donated by the caller) are updated there and
-    returned after the flags. ``shapes`` then holds the flags' shape alone."""
+    returned after the flags. ``shapes`` then holds the flags' shape alone.
+
+    ``views`` (with ``placed``): ``(operand, offset, size)`` per state field: the
+    field lies whole, ``(n, size)`` row-major, at ``offset`` of ``fields[operand]``
+    (a packed buffer), where XLA would copy a slice of it into an operand of its
+    own; empty: ``fields`` holds each state field. ``shared_offset`` (with
+    ``placed``): where the shared model fields start in ``shared`` (a packed
+    model buffer); -1: ``shared`` holds them alone."""
     attrs = dict(
         host=np.int64(_token(host)),
         how=call.how,
@@ -289,7 +298,17 @@ def call(
         PLACED_TARGET,
         shapes,
         input_output_aliases={first + k: 1 + k for k in range(len(buffers))},
-    )(state, shared, per_world, *fields, *buffers, places=_spec(places), **attrs)
+    )(
+        state,
+        shared,
+        per_world,
+        *fields,
+        *buffers,
+        places=_spec(places),
+        views=",".join(f"{j}:{o}:{z}" for j, o, z in views),
+        shared_offset=np.int64(shared_offset),
+        **attrs,
+    )
 
 
 def expanded(host: Any, n: int) -> set[str] | None:

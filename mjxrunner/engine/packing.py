@@ -72,19 +72,25 @@ class Layout:
     def of(cls, tree: Any, first: tuple[int, ...] = (), apart: tuple[int, ...] = ()) -> Layout:
         """The layout of ``tree`` (a pytree of ``jax.Array`` s). Leaves ``first`` (flat
         indices) come first in their buffers, in that order, then the rest in tree
-        order: slices of adjacent leaves concatenated in order compile into one copy
-        (impl "c" gathers the model fields it reads that way every step). Leaves
-        ``apart`` share buffers only among themselves: impl "c"'s step writes its
-        results into such buffers in place, whole, with nothing to write after it."""
+        order: adjacent leaves are one range (impl "c"'s host call reads the model
+        fields it takes there, in place). Leaves ``apart`` share buffers only among
+        themselves: impl "c"'s step writes its results into such buffers in place,
+        whole, with nothing to write after it. A flat leaf with no values joins any
+        flat buffer of its dtype and placement: a buffer of nothing would still cost
+        every compiled call a parameter and a copy."""
         leaves, treedef = jax.tree.flatten(tree)
         apart = frozenset(apart)
         groups: dict[Any, int] = {}  # (kind, dtype, sharding, rows, apart) -> buffer
         buffers: list[list[Any]] = []  # [kind, dtype, sharding, shape], sizes added up
         where: list[Any] = [None] * len(leaves)
         chosen = set(first)
+        empty = []  # flat leaves with no values: placed last, in a buffer of their kind
         for i in (*first, *(i for i in range(len(leaves)) if i not in chosen)):
             x = leaves[i]
             kind, sharding = _kind(x)
+            if kind == _FLAT and x.size == 0:
+                empty.append(i)
+                continue
             rows = x.shape[0] if kind == _ROWS else None
             key = (_OWN, i) if kind == _OWN else (kind, x.dtype, sharding, rows, i in apart)
             if key not in groups:
@@ -97,6 +103,20 @@ class Layout:
             where[i] = (b, at, at + size, tuple(x.shape), x.sharding)
             if kind != _OWN:
                 buffers[b][3] = (*buffers[b][3][:-1], at + size)
+        for i in empty:
+            x = leaves[i]
+            b = next(
+                (
+                    b
+                    for b, (kind, dtype, sharding, _) in enumerate(buffers)
+                    if kind == _FLAT and dtype == x.dtype and sharding == x.sharding
+                ),
+                None,
+            )
+            if b is None:
+                b = len(buffers)
+                buffers.append([_FLAT, x.dtype, x.sharding, (0,)])
+            where[i] = (b, 0, 0, tuple(x.shape), x.sharding)
         return cls(treedef, tuple(tuple(b) for b in buffers), tuple(where))
 
     def pack(
