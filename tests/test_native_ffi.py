@@ -210,7 +210,7 @@ def placed_step(r: MultiEnvRunner):
 
     def step(buffers, scratch, place):
         st = layout.unflatten(buffers)
-        inputs = buffers if place == "views" else ()
+        inputs = (buffers, st) if place == "views" else ()
         placement = native.Placement.of(layout, scratch, st, inputs) if place else None
         with native.placing(placement) as p:
             data, _ = core.physics_step(model, st.data, st.ctrl, None, 1)
@@ -239,6 +239,20 @@ def test_a_packed_step_writes_its_results_in_place(monkeypatch):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def placed_calls(monkeypatch) -> list:
+    """The ``(views, keyword arguments)`` of every placed host call traced from now
+    on (``native_ffi.call(..., placed, views, shared_offset=...)``)."""
+    seen, call = [], native_ffi.call
+
+    def spy(*args, **kwargs):
+        if len(args) > 9:  # a placed call
+            seen.append((args[9], kwargs))
+        return call(*args, **kwargs)
+
+    monkeypatch.setattr(native_ffi, "call", spy)
+    return seen
+
+
 def test_a_packed_step_reads_its_state_fields_in_place(monkeypatch):
     """Given the buffers the state came from, the host call reads each state field
     that is still as unpacked at its place there (a view), not from a slice copied
@@ -248,18 +262,10 @@ def test_a_packed_step_reads_its_state_fields_in_place(monkeypatch):
     r.set_actions(np.full((4, 1), 0.5, np.float32))
     r.step()
     _, buffers, step, _ = placed_step(r)
-    seen = []
-    call = native_ffi.call
-
-    def spy(*args, **kwargs):
-        if len(args) > 9:  # a placed call: (..., placed, views)
-            seen.append(args[9])
-        return call(*args, **kwargs)
-
-    monkeypatch.setattr(native_ffi, "call", spy)
+    seen = placed_calls(monkeypatch)
     scratch = jax.tree.map(jax.numpy.zeros_like, buffers)
     viewed = step(buffers, scratch, "views")
-    (views,) = seen
+    ((views, _),) = seen
     names = [name for name, _ in host_of(r).fields]
     assert len(views) == len(names)
     own = {names[k] for k, (operand, _, _) in enumerate(views) if operand != 0}
@@ -276,15 +282,7 @@ def test_the_runners_step_reads_state_and_model_in_place(monkeypatch):
     """The runner's own packed step passes its packed state and model to the host
     call whole: every state field it did not change is a view, and the shared
     model fields lie side by side in the packed model (an offset, not a copy)."""
-    seen = []
-    call = native_ffi.call
-
-    def spy(*args, **kwargs):
-        if len(args) > 9:  # a placed call: (..., placed, views)
-            seen.append((args[9], kwargs))
-        return call(*args, **kwargs)
-
-    monkeypatch.setattr(native_ffi, "call", spy)
+    seen = placed_calls(monkeypatch)
     monkeypatch.setattr(packing, "_COMPILED", {})  # traced here, whatever ran before
     monkeypatch.setenv(native_ffi.MODE_ENV, "ffi")
     r = MultiEnvRunner("hopper", 3, impl="c", seed=5)

@@ -99,11 +99,12 @@ def _packed_advance(config, model_layout: Layout, layout: Layout, substeps: int)
     For steps that leave the model as it is (no redraw in the step)."""
 
     def advance(model_buffers, ref, buffers, scratch, dt, collide, mask, controls):
-        model, state = model_layout.unflatten(model_buffers), layout.unflatten(buffers)
-        state = state.replace(ctrl=_set_ctrl(state.ctrl, mask, controls))
-        # Impl "c" writes the new state into the scratch buffers, in place.
+        model, unpacked = model_layout.unflatten(model_buffers), layout.unflatten(buffers)
+        state = unpacked.replace(ctrl=_set_ctrl(unpacked.ctrl, mask, controls))
+        # Impl "c" reads the state and model from their buffers and writes the new
+        # state into the scratch buffers, in place.
         placement = native.Placement.of(
-            layout, scratch, state, buffers, (model_layout, model_buffers, model)
+            layout, scratch, state, (buffers, unpacked), (model_layout, model_buffers, model)
         )
         with native.placing(placement):
             _, new = engine.advance(config, model, None, ref, state, None, dt, substeps, collide)

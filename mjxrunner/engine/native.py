@@ -635,14 +635,14 @@ class Placement:
         offset, size)``: its leaf index in the packed tree, the buffer, the offset
         of its range and its size (in elements), for the leaves in flat buffers.
       dtypes: each buffer's dtype.
-      inputs: the buffers ``tree`` was unpacked from (traced, same layout), or ().
-      sources: data field name -> ``(value, buffer, offset)``: the leaf of ``tree``
-        as unpacked from ``inputs``; the host call reads a state field that is still
-        that very value from its place in ``inputs`` (no copy of a slice).
+      inputs: the buffers the step's state was unpacked from (traced, same
+        layout), or ().
+      sources: ``id`` of a leaf as unpacked from ``inputs`` -> ``(leaf, buffer,
+        offset)``: the host call reads a state field that is still that very value
+        from its place in ``inputs`` (no copy of a slice).
       model_inputs: the packed model's buffers (traced), or ().
-      model_sources: ``id`` of a model leaf unpacked from them -> ``(leaf, buffer,
-        offset)``, for flat buffers: model fields that lie side by side there are
-        read in place.
+      model_sources: the same for the model's leaves in ``model_inputs``: model
+        fields that lie side by side there are read in place.
       out: after the call, buffer index -> the buffer the call wrote.
       values: after the call, leaf index -> the value the call placed there.
     """
@@ -662,34 +662,52 @@ class Placement:
         cls, layout: Any, buffers: tuple, tree: Any, inputs: tuple = (), model: tuple = ()
     ) -> "Placement":
         """The placement of ``tree`` (whose ``data`` is the stepped data) packed by
-        ``layout`` (a :class:`~mjxrunner.engine.packing.Layout`) into ``buffers``;
-        ``inputs``: the buffers ``tree`` was unpacked from, if it was; ``model``:
-        ``(layout, buffers, model)``, the model as unpacked from its buffers."""
-        where, sources = {}, {}
-        leaves = jax.tree.leaves(tree)
+        ``layout`` (a :class:`~mjxrunner.engine.packing.Layout`) into ``buffers``.
+        ``inputs``: ``(buffers, state)``, the state as unpacked from its buffers by
+        ``layout``, before any change; ``model``: ``(layout, buffers, model)``, the
+        model as unpacked from its buffers."""
+        where = {}
         for i, name in _data_leaves(tree):
             at = layout.flat_range(i)
             if at is not None:
                 where[name] = (i, *at)
-                if inputs:
-                    sources[name] = (leaves[i], at[0], at[1])
         dtypes = tuple(np.dtype(b[1]) for b in layout.buffers)
+        state_inputs, sources = (), {}
+        if inputs:
+            state_inputs, unpacked = inputs
+            sources = _origins(layout, unpacked)
         model_inputs, model_sources = (), {}
         if model:
             model_layout, model_inputs, unpacked = model
-            for i, leaf in enumerate(jax.tree.leaves(unpacked)):
-                at = model_layout.flat_range(i)
-                if at is not None:
-                    model_sources[id(leaf)] = (leaf, at[0], at[1])
+            model_sources = _origins(model_layout, unpacked)
         return cls(
             tuple(buffers),
             where,
             dtypes,
-            tuple(inputs),
+            tuple(state_inputs),
             sources,
             tuple(model_inputs),
             model_sources,
         )
+
+
+def _origins(layout: Any, tree: Any) -> dict:
+    """``id`` of each leaf of ``tree`` (as unpacked by ``layout``) that lies in a
+    flat buffer -> ``(leaf, buffer, offset)``; the leaf is kept, so that an ``id``
+    is never taken for another value's."""
+    origins = {}
+    for i, leaf in enumerate(jax.tree.leaves(tree)):
+        at = layout.flat_range(i)
+        if at is not None:
+            origins[id(leaf)] = (leaf, at[0], at[1])
+    return origins
+
+
+def _origin(origins: dict, value: Any) -> tuple | None:
+    """``(buffer, offset)`` of ``value`` in ``origins`` (:func:`_origins`) if it is
+    that very leaf, else None."""
+    src = origins.get(id(value))
+    return src[1:] if src is not None and src[0] is value else None
 
 
 _placement = threading.local()
@@ -743,19 +761,18 @@ def _places(placement: Placement, n: int, floats: Any, named: tuple, nbits: int)
     return order, tuple(out), total
 
 
-def _views(placement: Placement, data: Data, fields: tuple, floats: Any) -> tuple:
+def _views(placement: Placement, data: Data, fields: tuple, own: tuple, floats: Any) -> tuple:
     """``(operands, views)`` of the state fields for the placed host call: a field
     that is still the value unpacked from the shell's input buffers is read there
-    (``(operand, offset, size)``), any other is an operand of its own."""
+    (``(operand, offset, size)``), any other goes as its operand of its own
+    (``own``: one per field, converted to the data's float type)."""
     operands, index, views = [], {}, []
-    for name, size in fields:
-        value = getattr(data, name)
-        src = placement.sources.get(name)
-        if src is not None and value is src[0] and placement.dtypes[src[1]] == floats:
-            buf = placement.inputs[src[1]]
-            offset = src[2]
+    for (name, size), converted in zip(fields, own, strict=True):
+        src = _origin(placement.sources, getattr(data, name))
+        if src is not None and placement.dtypes[src[0]] == floats:
+            buf, offset = placement.inputs[src[0]], src[1]
         else:
-            buf, offset = value.reshape(value.shape[0], -1).astype(floats), 0
+            buf, offset = converted, 0
         if id(buf) not in index:
             index[id(buf)] = len(operands)
             operands.append(buf)
@@ -766,19 +783,17 @@ def _views(placement: Placement, data: Data, fields: tuple, floats: Any) -> tupl
 def _shared_view(placement: Placement, shared: list, floats: Any) -> tuple | None:
     """``(buffer, offset)`` where the shared model fields lie side by side, in order,
     in the packed model (so the host call reads them there), else None."""
-    if not shared or not placement.model_inputs:
+    if not placement.model_inputs:
         return None
-    start = end = buf = None
+    start = buf = end = None
     for _, leaf in shared:
         if leaf.size == 0:  # no values to read, wherever it lies
             continue
-        src = placement.model_sources.get(id(leaf))
-        if src is None or src[0] is not leaf or (buf is not None and src[1] != buf):
+        src = _origin(placement.model_sources, leaf)
+        if src is None or (buf is not None and src != (buf, end)):  # not the next range
             return None
-        if end is not None and src[2] != end:
-            return None
-        buf, end = src[1], src[2] + leaf.size
-        start = src[2] if start is None else start
+        buf, end = src[0], src[1] + leaf.size
+        start = src[1] if start is None else start
     if buf is None:
         return None
     x = placement.model_inputs[buf]
@@ -848,7 +863,7 @@ def _run(
         order, places, spill = plan
         passed = tuple(placement.buffers[b] for b in order)
         passed += (jnp.zeros((spill,), floats),) if spill else ()
-        seen, views = _views(placement, data, host.fields, np.dtype(floats))
+        seen, views = _views(placement, data, host.fields, fields, np.dtype(floats))
         shared_at = _shared_view(placement, shared, np.dtype(floats))
         if shared_at is not None:
             operands = (operands[0], shared_at[0], operands[2])

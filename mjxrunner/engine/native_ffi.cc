@@ -741,6 +741,26 @@ bool Place(std::string_view places, ffi::RemainingRets& dests, const std::vector
   return true;
 }
 
+struct View {
+  long operand, offset, size;  // size -1: the operand's values per world
+};
+
+// "operand:offset:size,..." as views (ParseList, then each name as "operand:offset");
+// false where an item is not three numbers.
+bool ParseViews(std::string_view text, std::vector<View>* out) {
+  std::vector<std::pair<std::string, long>> items;
+  if (!ParseList(text, &items)) return false;
+  for (auto& [where, size] : items) {
+    std::vector<std::pair<std::string, long>> at;
+    if (!ParseList(where, &at) || at.size() != 1 || at[0].first.empty() ||
+        at[0].first.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    out->push_back(View{std::atol(at[0].first.c_str()), at[0].second, size});
+  }
+  return true;
+}
+
 // The state fields as the data holds them, checked against the state row; their
 // sizes go to `sizes`. Without `views`, operands `fields[0:nfields]`, one per field,
 // (n, size) each. With `views` ("operand:offset:size" per field, in elements), each
@@ -750,23 +770,16 @@ bool Place(std::string_view places, ffi::RemainingRets& dests, const std::vector
 bool Seen(ffi::RemainingArgs& fields, size_t nfields, std::string_view views, int n,
           long nstate, ffi::DataType dtype, std::vector<const void*>* seen,
           std::vector<long>* sizes, std::string* error) {
-  std::vector<std::pair<std::string, long>> items;
+  std::vector<View> items;
   if (views.empty()) {
-    for (size_t k = 0; k < nfields; ++k) items.emplace_back(std::to_string(k) + ":0", -1);
-  } else if (!ParseList(views, &items)) {
+    for (size_t k = 0; k < nfields; ++k) items.push_back(View{static_cast<long>(k), 0, -1});
+  } else if (!ParseViews(views, &items)) {
     *error = "impl 'c': a malformed list of views";
     return false;
   }
   long total = 0;
-  for (auto& [where, size] : items) {
-    std::vector<std::pair<std::string, long>> at;
-    if (!ParseList(where, &at) || at.size() != 1 || at[0].first.empty() ||
-        at[0].first.find_first_not_of("0123456789") != std::string::npos) {
-      *error = "impl 'c': a malformed view " + where;
-      return false;
-    }
-    const long operand = std::atol(at[0].first.c_str()), offset = at[0].second;
-    if (operand < 0 || static_cast<size_t>(operand) >= nfields) {
+  for (auto [operand, offset, size] : items) {
+    if (static_cast<size_t>(operand) >= nfields) {
       *error = "impl 'c': a view of no operand";
       return false;
     }
