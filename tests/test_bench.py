@@ -307,6 +307,33 @@ def test_random_actions_stay_in_ctrlrange():
     np.testing.assert_array_equal(a, expected)
 
 
+def test_step_profile_reads_one_host_call_per_runner_step():
+    # benchmarks/step_profile.py reads XLA's own profile: a runner's step on impl "c"
+    # is one host call per step, and the profile finds it with its time.
+    from mjxrunner import MultiEnvRunner
+
+    profile = load_benchmark("step_profile")
+    runner = MultiEnvRunner(slider_xml(4), N, impl="c", num_threads=1)
+    actions = bench.random_actions(runner.mj_model, 4, N, seed=0)
+
+    class Case:
+        def restore(self):
+            runner.reset()
+
+        def run(self):
+            for a in actions:
+                runner.set_actions(a)
+                runner.step()
+            runner.block_until_ready()
+
+    Case().run()  # compiled outside the profile
+    thunks = profile.thunk_times(Case(), len(actions))
+    host = {name: v for name, v in thunks.items() if name.startswith("ffi_call")}
+    assert len(host) == 1, sorted(thunks)
+    ((us, calls),) = host.values()
+    assert calls == 1.0 and us > 0
+
+
 def test_results_summary_has_a_row_per_size_with_ratios(report):
     runner = load_benchmark("run")
     text = runner.summary([report])
