@@ -24,6 +24,7 @@ import numpy as np
 from mujoco import batch as mjbatch
 
 from mjxrunner.engine import models, native
+from mjxrunner.tools import bench
 
 
 def step_time(b, start, controls, offset: int, gap: float, busy: bool) -> float:
@@ -63,8 +64,7 @@ def main() -> None:
     print("\n| worlds | threads | " + " | ".join(cases) + " |")
     print("| ---: | ---: |" + " ---: |" * len(cases))
     for n in args.num_envs:
-        rng = np.random.default_rng(0)
-        controls = rng.uniform(-1, 1, (args.steps, n, m.nu))
+        controls = bench.random_actions(m, args.steps, n, seed=0)
         for threads in args.threads:
             b = mjbatch.Batch(m, n, threads)
             offset, _ = b._component(mjbatch._STATE_FIELDS["ctrl"])
