@@ -19,20 +19,17 @@ import argparse
 import statistics
 import time
 
-import mujoco
-import numpy as np
-from mujoco import batch as mjbatch
-
+from benchmarks.native_throughput import native_batch
 from mjxrunner.engine import models, native
 from mjxrunner.tools import bench
 
 
-def step_time(b, start, controls, offset: int, gap: float, busy: bool) -> float:
+def step_time(b, start, controls, ctrl: slice, gap: float, busy: bool) -> float:
     """Microseconds per ``b.step()``, the pause after each step not counted."""
     b.state[...] = start
     total = 0.0
     for c in controls:
-        b.state[:, offset : offset + c.shape[1]] = c
+        b.state[:, ctrl] = c
         t0 = time.perf_counter()
         b.step()
         total += time.perf_counter() - t0
@@ -56,8 +53,6 @@ def main() -> None:
     args = parser.parse_args()
     native.set_timers(False)  # as impl "c" runs MuJoCo
     m = models.load_any(args.model)
-    start = np.empty(mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_INTEGRATION))
-    mujoco.mj_getState(m, models.start_data(m), start, mujoco.mjtState.mjSTATE_INTEGRATION)
     gap = args.gap * 1e-6
     cases = {"back to back": (0.0, False), "sleeping": (gap, False), "spinning": (gap, True)}
     print(f"{args.model}: us per batch step (median of {args.rounds}), pause {args.gap:.0f} us")
@@ -66,12 +61,11 @@ def main() -> None:
     for n in args.num_envs:
         controls = bench.random_actions(m, args.steps, n, seed=0)
         for threads in args.threads:
-            b = mjbatch.Batch(m, n, threads)
-            offset, _ = b._component(mjbatch._STATE_FIELDS["ctrl"])
+            b, start, ctrl = native_batch(m, models.start_data(m), n, threads)
             times = {k: [] for k in cases}
             for _ in range(args.rounds):  # interleaved: a change of load touches all alike
                 for k, (pause, busy) in cases.items():
-                    times[k].append(step_time(b, start, controls, offset, pause, busy))
+                    times[k].append(step_time(b, start, controls, ctrl, pause, busy))
             row = " | ".join(f"{statistics.median(v):.0f}" for v in times.values())
             print(f"| {n} | {threads} | {row} |", flush=True)
 

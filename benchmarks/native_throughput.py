@@ -187,20 +187,29 @@ def _gym_case(w, threads: int, np) -> Case:
     return Case(run, w.n_steps, restore=lambda: env.reset(seed=w.seed), close=env.close)
 
 
-def _batch_case(w, threads: int, np) -> Case:
+def native_batch(mj_model, mj_data, num_envs: int, threads: int):
+    """``(batch, start, ctrl)``: ``mujoco.batch``'s batch of ``num_envs`` worlds on
+    ``threads`` threads, the ``mjSTATE_INTEGRATION`` row of ``mj_data``, and the
+    columns of a row that hold the controls (a slice)."""
     import mujoco
+    import numpy as np
     from mujoco import batch as mjbatch
 
-    b = mjbatch.Batch(w.mj_model, w.num_envs, threads)
+    b = mjbatch.Batch(mj_model, num_envs, threads)
     start = np.empty(b.nstate)
-    mujoco.mj_getState(w.mj_model, w.mj_data, start, mujoco.mjtState.mjSTATE_INTEGRATION)
+    mujoco.mj_getState(mj_model, mj_data, start, mujoco.mjtState.mjSTATE_INTEGRATION)
     offset, size = b._component(mjbatch._STATE_FIELDS["ctrl"])
+    return b, start, slice(offset, offset + size)
+
+
+def _batch_case(w, threads: int, np) -> Case:
+    b, start, ctrl = native_batch(w.mj_model, w.mj_data, w.num_envs, threads)
     actions = [np.asarray(a, np.float64) for a in w.actions]
 
     def run() -> None:
         rows = b.state
         for a in actions:
-            rows[:, offset : offset + size] = a
+            rows[:, ctrl] = a
             b.step()
 
     def restore() -> None:
