@@ -9,7 +9,7 @@ parameters and randomization (:mod:`.params`), action latency and pushes
 bookkeeping (:mod:`.groups`), input checks (:mod:`.checks`), every option in one
 dataclass (:mod:`.options`), the checkpoint file format (:mod:`.archive`, the
 engine's fields :mod:`.codec`) and the CPU patches (:mod:`.cpu_linalg`,
-:mod:`.cpu_fusion`).
+:mod:`.cpu_fusion`, :mod:`.cpu_pool`).
 
 May import: JAX, MuJoCo, MJX, NumPy, and modules of this subpackage only.
 
@@ -18,13 +18,15 @@ The functions of :mod:`.batch` and :mod:`.statevec` (``configure``, ``build``,
 are re-exported here, so ``mjxrunner.engine.step(eng)`` reads as it always did.
 """
 
-from mjxrunner.engine import cpu_fusion, cpu_linalg
+from mjxrunner.engine import cpu_fusion, cpu_linalg, cpu_pool
 
 # Before anything compiles: jaxlib 0.10's batched LAPACK calls can deadlock XLA's
-# CPU thread pool inside an MJX step (see cpu_linalg), and XLA:CPU's fusion
-# emitters make deep kinematic trees cost exponentially (see cpu_fusion).
+# CPU thread pool inside an MJX step (see cpu_linalg), XLA:CPU's fusion emitters
+# make deep kinematic trees cost exponentially (see cpu_fusion), and on 2 CPUs a
+# second XLA thread only adds hand-offs between threads (see cpu_pool).
 cpu_linalg.install()
 cpu_fusion.install()
+cpu_pool.install()
 
 from mjxrunner.engine.batch import *  # noqa: E402, F403 - the engine's functions
 from mjxrunner.engine.batch import __all__ as _batch_all  # noqa: E402
@@ -32,4 +34,4 @@ from mjxrunner.engine.options import Options  # noqa: E402
 from mjxrunner.engine.statevec import *  # noqa: E402, F403 - the state vectors' functions
 from mjxrunner.engine.statevec import __all__ as _statevec_all  # noqa: E402
 
-__all__ = ["Options", "cpu_fusion", "cpu_linalg", *_batch_all, *_statevec_all]
+__all__ = ["Options", "cpu_fusion", "cpu_linalg", "cpu_pool", *_batch_all, *_statevec_all]

@@ -13,7 +13,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import checks, cpu_fusion, cpu_linalg, native, native_ffi
+from mjxrunner.engine import checks, cpu_fusion, cpu_linalg, cpu_pool, native, native_ffi
 from mjxrunner.engine.errors import CapacityOverflowError, CapacityWarning  # noqa: F401 - public here
 
 IMPLS = ("jax", "warp", "c")
@@ -439,6 +439,8 @@ def backend_info(
         "cpu_linalg": "xla" if cpu_linalg.installed() else "lapack",
         # Whether XLA:CPU's fusion emitters are off (see mjxrunner.engine.cpu_fusion).
         "cpu_fusion_emitters": not cpu_fusion.active(),
+        # Threads of XLA:CPU's pool; None: not known (see mjxrunner.engine.cpu_pool).
+        "xla_cpu_threads": cpu_pool.threads(),
     }
 
 
@@ -450,6 +452,7 @@ def describe_backend(info: dict[str, Any]) -> str:
         f"x{info['device_count']} x64={info['jax_enable_x64']} qpos={info['qpos_dtype']}"
         + (f" linalg={info['cpu_linalg']}" if info.get("cpu_linalg") else "")
         + (" fusion_emitters=off" if info.get("cpu_fusion_emitters") is False else "")
+        + (f" xla_threads={info['xla_cpu_threads']}" if info.get("xla_cpu_threads") else "")
         + f" | {versions}"
     )
 

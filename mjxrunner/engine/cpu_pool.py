@@ -1,0 +1,76 @@
+"""XLA:CPU's thread pool cut to one thread on a machine of at most 2 CPUs, before
+JAX starts its backends.
+
+Why: XLA:CPU runs a program of more than 8 thunks on a dataflow executor that hands
+ready thunks to the other threads of its pool, and each hand-off wakes a thread (tens
+of microseconds on these hosts). On 2 CPUs that second XLA thread has no core of its
+own: MuJoCo's threads (impl "c") and the Python thread want both. With a pool of one
+thread, a program's thunks run one after the other on the thread that started it.
+Measured on 2-core hosts (``python -m benchmarks.native_throughput``, four pairs of
+processes alternating, each rate over ``mujoco.rollout``'s of its own process): the
+functional env's compiled step and the Gymnasium door ran 1.2-1.3x as fast at 256
+and 1,024 worlds (cartpole, hopper, ant), the runner's step loop 1.0-1.16x; MJX
+impl "jax" moved 0.96-1.3x and PPO's training on impl "c" stayed within its spread
+(``docs/throughput.md``). Machines with more CPUs were not measured, so there XLA
+keeps its default (one thread per CPU).
+
+The size is XLA's own setting, ``PJRT_NPROC`` (then ``NPROC``), read once when its
+CPU client starts: :func:`install` (called by ``import mjxrunner``) sets
+``PJRT_NPROC=1`` only if neither is set, no backend has started yet and the process
+may run on at most 2 CPUs. To keep XLA's default, set ``PJRT_NPROC`` yourself (to the
+number of CPUs, ``nproc``); any value you set is left as it is.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jax._src import xla_bridge
+
+ENV = ("PJRT_NPROC", "NPROC")  # what XLA:CPU reads, in this order
+MEASURED_CPUS = 2  # the most CPUs of a machine where one thread was measured to pay
+
+_threads: int | None = None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (as XLA counts them for its pool)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
+def _xla_reads() -> int:
+    """The pool's size as XLA:CPU reads it: the first of ``ENV`` that is an integer,
+    else one thread per usable CPU."""
+    for name in ENV:
+        try:
+            return max(0, int(os.environ.get(name, "")))
+        except ValueError:
+            continue
+    return usable_cpus()
+
+
+def install() -> int | None:
+    """Gives XLA:CPU's pool one thread on a machine of at most 2 CPUs, if it still can.
+
+    Returns the pool's size as XLA will read it when its CPU client starts, or None
+    when JAX's backends had started before the call (import mjxrunner before running
+    any JAX computation).
+    """
+    global _threads
+    if xla_bridge.backends_are_initialized():
+        _threads = None
+        return None
+    users = any(os.environ.get(name, "").strip() for name in ENV)
+    if not users and usable_cpus() <= MEASURED_CPUS:
+        os.environ[ENV[0]] = "1"
+    _threads = _xla_reads()
+    return _threads
+
+
+def threads() -> int | None:
+    """The size of XLA:CPU's pool as decided by :func:`install` (None: not known,
+    the backends had started before it)."""
+    return _threads

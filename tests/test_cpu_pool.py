@@ -1,0 +1,97 @@
+"""XLA:CPU's thread pool has one thread in a process that imports mjxrunner first on
+a machine of at most 2 CPUs, unless the user chose its size (mjxrunner/engine/cpu_pool.py
+says why). Fresh processes show what XLA really starts: its pool's threads are named
+``tf_XLAEigen``."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mjxrunner.engine import cpu_pool
+
+# Runs in a fresh process on at most `cpus` of this machine's CPUs; prints what XLA
+# started and what mjxrunner reports.
+PROBE = """
+import json, os, sys
+cpus, jax_first = int(sys.argv[1]), sys.argv[2] == "1"
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cpus])
+if jax_first:
+    import jax.numpy as jnp
+    jnp.ones(2).block_until_ready()
+import mjxrunner
+import jax.numpy as jnp
+jnp.ones(2).block_until_ready()
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print(json.dumps({
+    "eigen": names.count("tf_XLAEigen"),
+    "env": os.environ.get("PJRT_NPROC"),
+    "info": mjxrunner.backend_info()["xla_cpu_threads"],
+}))
+"""
+
+
+def probe(cpus: int, jax_first: bool = False, **env: str) -> dict:
+    clean = {k: v for k, v in os.environ.items() if k not in cpu_pool.ENV}
+    clean["XLA_FLAGS"] = ""  # one CPU device: XLA gives its pool a thread per device
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(cpus), "1" if jax_first else "0"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+needs_proc = pytest.mark.skipif(
+    not os.path.isdir("/proc/self/task") or not hasattr(os, "sched_setaffinity"),
+    reason="counts XLA's threads through Linux's /proc",
+)
+
+
+@needs_proc
+def test_two_cpus_get_one_xla_thread():
+    assert probe(2) == {"eigen": 1, "env": "1", "info": 1}
+
+
+@needs_proc
+def test_the_users_size_is_kept():
+    assert probe(2, PJRT_NPROC="2") == {"eigen": 2, "env": "2", "info": 2}
+    assert probe(2, NPROC="3") == {"eigen": 3, "env": None, "info": 3}
+
+
+@needs_proc
+def test_too_late_once_jax_started():
+    assert probe(2, jax_first=True) == {
+        "eigen": 2 if len(os.sched_getaffinity(0)) > 1 else 1,
+        "env": None,
+        "info": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("cpus", "env", "started", "threads", "written"),
+    [
+        (2, {}, False, 1, "1"),
+        (1, {}, False, 1, "1"),
+        (4, {}, False, 4, None),  # not measured there: XLA's default
+        (2, {"PJRT_NPROC": "3"}, False, 3, "3"),  # the user's
+        (2, {"NPROC": "2"}, False, 2, None),  # XLA reads NPROC after PJRT_NPROC
+        (2, {"PJRT_NPROC": "x", "NPROC": "2"}, False, 2, "x"),  # as XLA: not a number
+        (2, {}, True, None, None),  # too late: XLA read its setting already
+    ],
+)
+def test_install_respects_the_users_choice(monkeypatch, cpus, env, started, threads, written):
+    for name in cpu_pool.ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cpu_pool, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(cpu_pool.xla_bridge, "backends_are_initialized", lambda: started)
+    monkeypatch.setattr(cpu_pool, "_threads", cpu_pool._threads)  # restored afterwards
+    assert cpu_pool.install() == threads
+    assert cpu_pool.threads() == threads
+    assert os.environ.get("PJRT_NPROC") == written
