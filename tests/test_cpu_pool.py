@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -73,25 +74,66 @@ def test_too_late_once_jax_started():
 
 
 @pytest.mark.parametrize(
-    ("cpus", "env", "started", "threads", "written"),
+    ("cpus", "env", "started", "cpu_only", "threads", "written"),
     [
-        (2, {}, False, 1, "1"),
-        (1, {}, False, 1, "1"),
-        (4, {}, False, 4, None),  # not measured there: XLA's default
-        (2, {"PJRT_NPROC": "3"}, False, 3, "3"),  # the user's
-        (2, {"NPROC": "2"}, False, 2, None),  # XLA reads NPROC after PJRT_NPROC
-        (2, {"PJRT_NPROC": "x", "NPROC": "2"}, False, 2, "x"),  # as XLA: not a number
-        (2, {}, True, None, None),  # too late: XLA read its setting already
+        (2, {}, False, True, 1, "1"),
+        (1, {}, False, True, 1, "1"),
+        (4, {}, False, True, 4, None),  # not measured there: XLA's default
+        (2, {}, False, False, 2, None),  # an accelerator's client reads it too
+        (2, {"PJRT_NPROC": "3"}, False, True, 3, "3"),  # the user's
+        (2, {"NPROC": "2"}, False, True, 2, None),  # XLA reads NPROC after PJRT_NPROC
+        (2, {"PJRT_NPROC": "x", "NPROC": "2"}, False, True, 2, "x"),  # as XLA: no number
+        (2, {}, True, True, None, None),  # too late: XLA read its setting already
     ],
 )
-def test_install_respects_the_users_choice(monkeypatch, cpus, env, started, threads, written):
+def test_install_respects_the_users_choice(
+    monkeypatch, cpus, env, started, cpu_only, threads, written
+):
     for name in cpu_pool.ENV:
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(cpu_pool, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(cpu_pool, "cpu_only", lambda: cpu_only)
     monkeypatch.setattr(cpu_pool.xla_bridge, "backends_are_initialized", lambda: started)
     monkeypatch.setattr(cpu_pool, "_threads", cpu_pool._threads)  # restored afterwards
     assert cpu_pool.install() == threads
     assert cpu_pool.threads() == threads
     assert os.environ.get("PJRT_NPROC") == written
+
+
+@pytest.fixture
+def set_platforms():
+    """``jax.config.update("jax_platforms", ...)``, restored afterwards (a setting
+    read only when backends start: this process's have)."""
+    before = cpu_pool.jax.config.jax_platforms
+    yield lambda value: cpu_pool.jax.config.update("jax_platforms", value)
+    cpu_pool.jax.config.update("jax_platforms", before)
+
+
+def test_cpu_only_reads_jax_platforms_and_the_installed_plugins(
+    monkeypatch, tmp_path, set_platforms
+):
+    set_platforms(None)
+    monkeypatch.setattr(cpu_pool.xla_bridge, "jax_plugins", None)
+    monkeypatch.setattr(cpu_pool.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(cpu_pool.importlib.util, "find_spec", lambda name: None)
+    assert cpu_pool.cpu_only()  # nothing but XLA:CPU to start
+
+    (tmp_path / "xla_cuda.py").write_text("")  # a plugin under the jax_plugins namespace
+    monkeypatch.setattr(
+        cpu_pool.xla_bridge, "jax_plugins", SimpleNamespace(__path__=[str(tmp_path)])
+    )
+    assert not cpu_pool.cpu_only()
+    set_platforms("cpu")  # the user's choice wins
+    assert cpu_pool.cpu_only()
+    set_platforms("cuda,cpu")
+    assert not cpu_pool.cpu_only()
+
+    set_platforms(None)
+    monkeypatch.setattr(cpu_pool.xla_bridge, "jax_plugins", None)
+    monkeypatch.setattr(cpu_pool.metadata, "entry_points", lambda group: ["jax_cuda12_plugin"])
+    assert not cpu_pool.cpu_only()  # a plugin advertised by its package
+    monkeypatch.setattr(cpu_pool.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(cpu_pool.importlib.util, "find_spec", lambda name: name == "libtpu")
+    assert not cpu_pool.cpu_only()  # a TPU
