@@ -34,9 +34,10 @@ print(json.dumps({
 """
 
 
-def probe(cpus: int, jax_first: bool = False, **env: str) -> dict:
+def probe(cpus: int, jax_first: bool = False, devices: int = 1, **env: str) -> dict:
     clean = {k: v for k, v in os.environ.items() if k not in cpu_pool.ENV}
-    clean["XLA_FLAGS"] = ""  # one CPU device: XLA gives its pool a thread per device
+    # XLA gives its pool at least a thread per CPU device
+    clean["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     out = subprocess.run(
         [sys.executable, "-c", PROBE, str(cpus), "1" if jax_first else "0"],
         env={**clean, **env},
@@ -56,6 +57,11 @@ needs_proc = pytest.mark.skipif(
 @needs_proc
 def test_two_cpus_get_one_xla_thread():
     assert probe(2) == {"eigen": 1, "env": "1", "info": 1}
+
+
+@needs_proc
+def test_several_cpu_devices_keep_a_thread_each():
+    assert probe(2, devices=3) == {"eigen": 3, "env": "1", "info": 3}
 
 
 @needs_proc

@@ -94,5 +94,8 @@ def install() -> int | None:
 
 def threads() -> int | None:
     """The size of XLA:CPU's pool as decided by :func:`install` (None: not known,
-    the backends had started before it)."""
-    return _threads
+    the backends had started before it). Once the backends run, at least one thread
+    per CPU device: XLA starts that many whatever the setting."""
+    if _threads is None or not xla_bridge.backends_are_initialized():
+        return _threads
+    return max(_threads, len(jax.devices("cpu")))
