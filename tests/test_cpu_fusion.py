@@ -1,12 +1,18 @@
 """XLA:CPU's fusion emitters are off in every process that imports mjxrunner first,
-unless the user chose otherwise (mjxrunner/cpu_fusion.py says why)."""
+unless the user chose otherwise, and back on for the programs of impl "c"
+(mjxrunner/cpu_fusion.py says why)."""
 
 import os
 
+import jax
+import numpy as np
 import pytest
 
-from mjxrunner import backend_info
+from mjxrunner import backend_info, tasks
+from mjxrunner.doors import door
+from mjxrunner.doors.gym import MjxVectorEnv
 from mjxrunner.engine import cpu_fusion
+from mjxrunner.rl import env as E
 
 
 def test_this_process_runs_with_the_emitters_off():
@@ -40,3 +46,60 @@ def test_install_respects_the_users_choice(
     after = os.environ["XLA_FLAGS"]
     assert after.startswith(flags.strip())
     assert (cpu_fusion.FLAG in after and cpu_fusion.FLAG not in flags) is added
+
+
+@pytest.mark.parametrize(
+    ("impl", "active", "options"),
+    [
+        ("c", True, {"xla_cpu_use_fusion_emitters": True}),
+        ("jax", True, None),  # MJX's tree passes: the emitters stay off
+        ("warp", True, None),
+        ("c", False, None),  # the process keeps XLA's options (opted out, or too late)
+    ],
+)
+def test_impl_c_programs_get_the_emitters_back(monkeypatch, impl, active, options):
+    monkeypatch.setattr(cpu_fusion, "_active", active)
+    assert cpu_fusion.compiler_options(impl) == options
+
+
+def _leaves(tree):
+    return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
+
+
+def test_a_door_on_impl_c_steps_with_the_emitters_as_without():
+    """The door's step on impl "c" compiled with the emitters (scatters as kernels,
+    not loops) gives the same bits as the same step compiled with the process's
+    options, over steps that restart worlds."""
+    v = MjxVectorEnv(tasks.for_model("hopper")[0], 4, seed=0, impl="c", num_threads=1)
+    v.reset(seed=0)
+    d = v._door
+    # impl "jax" names the process's own options here: the env is impl "c" either way.
+    on, off = (door.packed_step(d._env_layout, d._layout, d._pack, False, i) for i in ("c", "jax"))
+    loops = [
+        f.lower(d._env_buffers, d._buffers, np.zeros((4, 3), np.float32)).compile().as_text()
+        for f in (on, off)
+    ]
+    assert loops[0].count(" while(") < loops[1].count(" while(")
+    actions = np.random.default_rng(0).uniform(-1, 1, (40, 4, 3)).astype(np.float32)
+    a = b = d._buffers
+    restarts = 0
+    for u in actions:
+        a, out_a = on(d._env_buffers, a, u)
+        b, out_b = off(d._env_buffers, b, u)
+        for x, y in zip(_leaves((a, out_a)), _leaves((b, out_b)), strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)
+        flags = np.asarray(out_a[1]).reshape(3, 4)  # terminated, truncated, final_mask
+        restarts += int(flags[:2].any(axis=0).sum())
+    assert restarts > 0  # the restart's scatters ran
+
+
+def test_the_envs_jitted_reset_on_impl_c_equals_the_processs():
+    env = E.make(tasks.for_model("hopper")[0], 4, impl="c", num_threads=1)
+    key = jax.random.key(1)
+    ours, plain = E.jit_reset(env, key), jax.jit(E.reset)(env, key)
+    for x, y in zip(_leaves(ours), _leaves(plain), strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)
+    mask = np.array([True, False, True, False])
+    ours, plain = E.jit_reset_worlds(env, ours, mask), jax.jit(E.reset_worlds)(env, plain, mask)
+    for x, y in zip(_leaves(ours), _leaves(plain), strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)

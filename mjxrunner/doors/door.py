@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mjxrunner.engine import guards
+from mjxrunner.engine import cpu_fusion, guards
 from mjxrunner.engine.packing import Layout, compiled, packer, unpacked, unpacker
 from mjxrunner.rl import env as env_
 
@@ -57,10 +57,13 @@ def _leaf_index(template: Any) -> dict[str, tuple[int, int, Any]]:
     return index
 
 
-def packed_step(env_layout: Layout, state_layout: Layout, pack: Any, donate: bool) -> Callable:
+def packed_step(
+    env_layout: Layout, state_layout: Layout, pack: Any, donate: bool, impl: str
+) -> Callable:
     """``jit`` of :func:`mjxrunner.env.step` on packed buffers: ``(env buffers, state
     buffers, action) -> (new state buffers, pack(new state))``; with ``donate``, the
-    state buffers are donated (updated in place)."""
+    state buffers are donated (updated in place). ``impl`` picks XLA's options
+    (:func:`mjxrunner.engine.cpu_fusion.compiler_options`)."""
 
     def step(env_buffers, state_buffers, action):
         env = env_layout.unflatten(env_buffers)
@@ -70,9 +73,10 @@ def packed_step(env_layout: Layout, state_layout: Layout, pack: Any, donate: boo
             raise AssertionError(f"the step changed the state's structure: {new_def}")
         return state_layout.pack(leaves), None if pack is None else pack(new)
 
+    options = cpu_fusion.compiler_options(impl)
     return compiled(
-        ("step", env_layout, state_layout, pack, donate),
-        lambda: jax.jit(step, donate_argnums=(1,) if donate else ()),
+        ("step", env_layout, state_layout, pack, donate, impl),
+        lambda: jax.jit(step, donate_argnums=(1,) if donate else (), compiler_options=options),
     )
 
 
@@ -252,7 +256,9 @@ class Door:
             raise RuntimeError("call reset() before step()")
         keep = self._host_guards  # the state of before the step is needed: no donation
         if self._step is None:  # found once per layout, not hashed on every step
-            self._step = packed_step(self._env_layout, self._layout, self._pack, not keep)
+            self._step = packed_step(
+                self._env_layout, self._layout, self._pack, not keep, self._env.impl
+            )
         before = self._buffers, self._state, self._leaves
         self._buffers, packed = self._step(self._env_buffers, self._buffers, action)
         self._state = self._leaves = None

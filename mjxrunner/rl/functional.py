@@ -19,7 +19,7 @@ import numpy as np
 from mujoco import mjx
 
 from mjxrunner import tasks as tasks_
-from mjxrunner.engine import backend, checks, core, params, programs, sharding
+from mjxrunner.engine import backend, checks, core, cpu_fusion, params, programs, sharding
 from mjxrunner.engine import batch as engine
 from mjxrunner.engine import guards as guards_
 from mjxrunner.engine import options as options_
@@ -555,14 +555,15 @@ def world_scene(env: Env, state: EnvState, world: int) -> tuple[Any, Any, Any, i
 _FLAT: dict[tuple, Any] = {}
 
 
-def flat_step(env_def: Any, state_def: Any, pack: Any = None) -> Any:
+def flat_step(env_def: Any, state_def: Any, pack: Any = None, *, impl: str) -> Any:
     """``jit`` of :func:`step` on flat leaves, one per structure and process:
-    ``(env leaves, state leaves, action) -> (new state leaves, pack(new state))``.
+    ``(env leaves, state leaves, action) -> (new state leaves, pack(new state))``;
+    ``impl`` picks XLA's options (:func:`mjxrunner.engine.cpu_fusion.compiler_options`).
 
     :func:`jit_step` calls it. The stateful doors step packed buffers instead
     (:func:`mjxrunner.doors.door.packed_step`): a call's host time grows with the number
     of arrays it returns, and a state has ~100 leaves."""
-    key = (env_def, state_def, pack)
+    key = (env_def, state_def, pack, impl)
     if key not in _FLAT:
 
         def step_leaves(env_leaves, state_leaves, action):
@@ -572,7 +573,8 @@ def flat_step(env_def: Any, state_def: Any, pack: Any = None) -> Any:
                 raise AssertionError(f"the step changed the state's structure: {new_def}")
             return leaves, None if pack is None else pack(new)
 
-        _FLAT[key] = programs.kept(jax.jit(step_leaves), "env.step")
+        jitted = jax.jit(step_leaves, compiler_options=cpu_fusion.compiler_options(impl))
+        _FLAT[key] = programs.kept(jitted, "env.step")
     return _FLAT[key]
 
 
@@ -580,14 +582,30 @@ def jit_step(env: Env, state: EnvState, action: jax.Array) -> EnvState:
     """:func:`step`, compiled once per structure (see :func:`flat_step`)."""
     env_leaves, env_def = jax.tree.flatten(env)
     state_leaves, state_def = jax.tree.flatten(state)
-    leaves, _ = flat_step(env_def, state_def)(env_leaves, state_leaves, action)
+    leaves, _ = flat_step(env_def, state_def, impl=env.impl)(env_leaves, state_leaves, action)
     return state_def.unflatten(leaves)
 
 
-# Compiled once per process and shared (the doors use them): the env is an argument
-# and its autoreset mode an array, so every env of the same task and size, in any
-# mode, runs one executable per function.
-jit_reset = programs.kept(jax.jit(reset), "env.reset")
+def _kept_per_impl(fn: Any, name: str) -> Any:
+    """``fn(env, ...)`` jitted and kept (:func:`mjxrunner.engine.programs.kept`) once
+    per process and impl: each impl compiles with its own XLA options."""
+    jitted: dict[str, Any] = {}
+
+    @functools.wraps(fn)
+    def call(env: Any, *args: Any) -> Any:
+        impl = env.impl
+        if impl not in jitted:
+            options = cpu_fusion.compiler_options(impl)
+            jitted[impl] = programs.kept(jax.jit(fn, compiler_options=options), name)
+        return jitted[impl](env, *args)
+
+    return call
 
 
-jit_reset_worlds = programs.kept(jax.jit(reset_worlds), "env.reset_worlds")
+# Compiled once per process and impl, and shared (the doors use them): the env is an
+# argument and its autoreset mode an array, so every env of the same task and size,
+# in any mode, runs one executable per function.
+jit_reset = _kept_per_impl(reset, "env.reset")
+
+
+jit_reset_worlds = _kept_per_impl(reset_worlds, "env.reset_worlds")
