@@ -47,6 +47,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mjxrunner.engine import cpu_fusion
 from mjxrunner.tools.train.ppo import (  # noqa: F401 - the names this script offers
     PPOConfig,
     evaluate_random,
@@ -63,7 +64,8 @@ def run(config: PPOConfig, seed: int) -> dict[str, Any]:
     env, train = make_train(config)
     key = jax.random.key(seed)
     t0 = time.perf_counter()
-    compiled = jax.jit(train).lower(key).compile()
+    options = cpu_fusion.compiler_options(env.impl)  # impl c: the emitters on
+    compiled = jax.jit(train, compiler_options=options).lower(key).compile()
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     params, metrics = jax.block_until_ready(compiled(key))
@@ -98,7 +100,8 @@ def run_for(config: PPOConfig, seed: int, wall_s: float, chunk: int = 5) -> dict
     key = jax.random.key(seed)
     t0 = time.perf_counter()
     carry = jax.block_until_ready(jax.jit(start)(key))
-    step = jax.jit(segment, donate_argnums=0).lower(carry).compile()
+    options = cpu_fusion.compiler_options(env.impl)  # impl c: the emitters on
+    step = jax.jit(segment, donate_argnums=0, compiler_options=options).lower(carry).compile()
     compile_s = time.perf_counter() - t0
     chunks, ends = [], []
     t0 = time.perf_counter()

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from mjxrunner import tasks
+from mjxrunner.engine import cpu_fusion
 from mjxrunner.tools.train import ppo, run_dir
 
 
@@ -193,7 +194,11 @@ def _loop(
     from tqdm import tqdm
 
     env, _, one_update = parts
-    segment = jax.jit(lambda c: jax.lax.scan(one_update, c, None, length=chunk), donate_argnums=0)
+    segment = jax.jit(
+        lambda c: jax.lax.scan(one_update, c, None, length=chunk),
+        donate_argnums=0,
+        compiler_options=cpu_fusion.compiler_options(env.impl),  # impl c: emitters on
+    )
     last = config.num_updates if stop_after is None else min(config.num_updates, done + stop_after)
     log = _Log(out, done, tensorboard, wandb) if done < last else None
     bar = tqdm(total=config.num_updates, initial=done, unit="update", disable=not progress,
