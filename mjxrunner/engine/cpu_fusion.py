@@ -25,18 +25,18 @@ is added only with the jaxlib versions that read it.
 Programs whose physics runs on impl "c" get the emitters back
 (:func:`compiler_options`, passed to ``jax.jit`` by the doors' compiled step, the
 env's ``jit_step``, ``jit_reset`` and ``jit_reset_worlds``, and the PPO trainer's
-update): their physics is a host
-call and they run no MJX tree pass, so the problem above does not arise, while
-without the emitters XLA:CPU runs each scatter as a loop, one per leaf of the
-env's state in a restart pass (60 of the 66 loops of a cartpole door's step), and
-every loop's constants and conditions are buffers that each call of the program
-allocates again. Measured (AMD EPYC, 2 CPUs, the Gymnasium door's step compiled
-both ways in one process, seven alternating rounds of 200 steps, the median of the
-per-round ratios): 0.93 of the time at 16 cartpoles, 0.95 at 256, 0.85 at 1,024;
-0.93 at 256 hoppers and 0.91 at 1,024; 0.97 at 256 ants; 0.93 at 256 humanoids,
-with bit-identical observations; PPO's update on ``ant_velocity`` (256 worlds, five
-alternating chunks of two updates) took 0.89 of the time. A task that runs MJX's own kinematics in its
-functions on impl "c" (none of the package's do) runs them with the emitters on.
+update). Their physics is a host call and they run no MJX tree pass, so the
+problem above does not arise; without the emitters, XLA:CPU runs each scatter as a
+loop, one per leaf of the env's state in a restart pass (60 of the 66 loops of a
+cartpole door's step), and every loop's constants and conditions are buffers that
+each call of the program allocates again. Measured (AMD EPYC, 2 CPUs, the
+Gymnasium door's step compiled both ways in one process, seven alternating rounds
+of 200 steps, the median of the per-round ratios): 0.93 of the time at 16
+cartpoles, 0.95 at 256, 0.85 at 1,024; 0.93 at 256 hoppers and 0.91 at 1,024; 0.97
+at 256 ants; 0.93 at 256 humanoids; the observations bit-identical. PPO's update on
+``ant_velocity`` (256 worlds, five alternating chunks of two updates) took 0.89 of
+the time. A task that runs MJX's own kinematics in its functions on impl "c" (none
+of the package's do) runs them with the emitters on.
 """
 
 from __future__ import annotations
