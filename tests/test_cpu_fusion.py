@@ -12,6 +12,7 @@ from mjxrunner import backend_info, tasks
 from mjxrunner.doors import door
 from mjxrunner.doors.gym import MjxVectorEnv
 from mjxrunner.engine import cpu_fusion
+from mjxrunner.engine.backend import describe_backend
 from mjxrunner.rl import env as E
 
 
@@ -19,6 +20,15 @@ def test_this_process_runs_with_the_emitters_off():
     assert cpu_fusion.active()
     assert cpu_fusion.FLAG in os.environ["XLA_FLAGS"]
     assert backend_info()["cpu_fusion_emitters"] is False
+
+
+def test_the_backend_identity_says_which_programs_get_the_emitters_back():
+    for impl, back in (("c", True), ("jax", None), ("warp", None)):
+        info = backend_info(impl)
+        assert info["env_fusion_emitters"] is back, impl
+        line = describe_backend(info)
+        assert "fusion_emitters=off" in line
+        assert ("env_fusion_emitters=on" in line) is bool(back), line
 
 
 @pytest.mark.parametrize(

@@ -439,6 +439,11 @@ def backend_info(
         "cpu_linalg": "xla" if cpu_linalg.installed() else "lapack",
         # Whether XLA:CPU's fusion emitters are off (see mjxrunner.engine.cpu_fusion).
         "cpu_fusion_emitters": not cpu_fusion.active(),
+        # Whether impl "c"'s env, door and trainer programs turn them back on for
+        # themselves (cpu_fusion.compiler_options); None for the other impls.
+        "env_fusion_emitters": (cpu_fusion.compiler_options(impl) is not None)
+        if impl == "c"
+        else None,
         # Threads of XLA:CPU's pool; None: not known (see mjxrunner.engine.cpu_pool).
         "xla_cpu_threads": cpu_pool.threads(),
     }
@@ -452,6 +457,7 @@ def describe_backend(info: dict[str, Any]) -> str:
         f"x{info['device_count']} x64={info['jax_enable_x64']} qpos={info['qpos_dtype']}"
         + (f" linalg={info['cpu_linalg']}" if info.get("cpu_linalg") else "")
         + (" fusion_emitters=off" if info.get("cpu_fusion_emitters") is False else "")
+        + (" env_fusion_emitters=on" if info.get("env_fusion_emitters") else "")
         + (f" xla_threads={info['xla_cpu_threads']}" if info.get("xla_cpu_threads") else "")
         + f" | {versions}"
     )
