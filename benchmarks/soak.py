@@ -5,6 +5,7 @@ Usage::
 
     python -m benchmarks.soak                       # 20k batched steps x 1024 worlds
     python -m benchmarks.soak --steps 2000 --num-envs 256 --mode rollout
+    python -m benchmarks.soak --impl c --mode gym --skip-check-cost
     python -m benchmarks.soak --check-cost-only
 
 Two parts:
@@ -13,13 +14,17 @@ Two parts:
    instability guard (``core.DEFAULT_GUARDS``) and without it (the overflow guard alone), timed in
    interleaved rounds, both as a ``lax.scan`` of steps (no dispatch in the timing)
    and as one compiled call per step (what ``runner.step`` does).
-2. *Soak*: a ``MultiEnvRunner`` on cartpole with randomized pole mass and joint
-   damping (redrawn on reset). ``--mode step`` (default) calls ``set_actions`` and
-   ``step`` once per batched step, with fresh random actions, and every
-   ``--reset-every`` steps resets the worlds that fell, were truncated (unstable)
-   or reached the time limit: an autoreset driven from the host, as a training
-   loop over the runner does. ``--mode rollout`` runs ``runner.rollout`` with a
-   random policy in chunks of ``--reset-every`` steps and resets between chunks.
+2. *Soak*: cartpole with randomized pole mass and joint damping (redrawn on
+   reset), on ``--impl`` (``"c"``: MuJoCo's C engine on ``--num-threads``, where a
+   leak of the host call would show). ``--mode step`` (default) is a
+   ``MultiEnvRunner`` that calls ``set_actions`` and ``step`` once per batched step,
+   with fresh random actions, and every ``--reset-every`` steps resets the worlds
+   that fell, were truncated (unstable) or reached the time limit: an autoreset
+   driven from the host, as a training loop over the runner does. ``--mode
+   rollout`` runs ``runner.rollout`` with a random policy in chunks of
+   ``--reset-every`` steps and resets between chunks. ``--mode gym`` steps the
+   Gymnasium door on the cartpole balance task with same-step autoreset (the task
+   ends and restarts worlds inside the step; every step's results come to NumPy).
 
 Every ``--report-every`` seconds it prints world-steps per second over the interval,
 resident memory (``/proc/self/statm``) and its growth since warm-up, peak resident
@@ -119,15 +124,34 @@ def check_cost(num_envs: int, rounds: int, scan_steps: int, loop_steps: int) -> 
 def soak(args: argparse.Namespace) -> dict:
     n = args.num_envs
     t0 = time.perf_counter()
-    r = MultiEnvRunner("cartpole", n, seed=args.seed, keyframe="upright")
-    r.set_randomization(
-        [
-            Term("body_mass", 0.5, 2.0, index=2),  # pole mass, x0.5..x2
-            Term("dof_damping", 0.0, 0.05, operation="set"),  # both joints
-        ],
-        on_reset=True,
-    )
+    threads = {"num_threads": args.num_threads} if args.num_threads else {}
+    terms = [
+        Term("body_mass", 0.5, 2.0, index=2),  # pole mass, x0.5..x2
+        Term("dof_damping", 0.0, 0.05, operation="set"),  # both joints
+    ]
     rng = np.random.default_rng(args.seed)
+    if args.mode == "gym":
+        from mjxrunner.doors.gym import MjxVectorEnv
+
+        door = MjxVectorEnv(
+            "cartpole_balance",
+            n,
+            autoreset_mode="same_step",
+            seed=args.seed,
+            impl=args.impl,
+            **threads,
+        )
+        door.set_randomization(terms, on_reset=True)
+        door.reset()
+
+        def chunk():
+            for _ in range(args.reset_every):
+                door.step(rng.uniform(-1, 1, (n, 1)).astype(np.float32))
+
+        return _soak(args, chunk, lambda: door.state, lambda: door.health.totals(), t0)
+
+    r = MultiEnvRunner("cartpole", n, seed=args.seed, keyframe="upright", impl=args.impl, **threads)
+    r.set_randomization(terms, on_reset=True)
     hinge = 1  # qpos index of the pole angle
 
     def policy(state, keys):
@@ -153,10 +177,22 @@ def soak(args: argparse.Namespace) -> dict:
             r.rollout(policy, args.reset_every)
         autoreset()
 
+    def warm():
+        r.reset(np.zeros(n, bool))  # the masked reset, in case no world fell yet
+
+    return _soak(args, chunk, lambda: r.state, lambda: r.health.totals(), t0, warm)
+
+
+def _soak(args, chunk, state, totals, t0, warm=None) -> dict:
+    """Runs ``chunk`` (``--reset-every`` batched steps) until ``--steps``, printing and
+    returning a row every ``--report-every`` seconds; ``state()`` is what to wait for,
+    ``totals()`` the health counters."""
+    n = args.num_envs
     for _ in range(args.warmup_chunks):  # compiles everything the loop uses
         chunk()
-    r.reset(np.zeros(n, bool))  # the masked reset, in case no world fell yet
-    jax.block_until_ready(r.state)
+    if warm is not None:
+        warm()
+    jax.block_until_ready(state())
     warmup_s = time.perf_counter() - t0
     base_rss = rss_mib()
     print(
@@ -179,9 +215,9 @@ def soak(args: argparse.Namespace) -> dict:
             done_steps += args.reset_every
             now = time.perf_counter()
             if now - last_t >= args.report_every or done_steps >= args.steps:
-                jax.block_until_ready(r.state)
+                jax.block_until_ready(state())
                 now = time.perf_counter()
-                totals = r.health.totals()
+                counts = totals()
                 row = {
                     "time_s": now - start,
                     "steps": done_steps,
@@ -190,14 +226,14 @@ def soak(args: argparse.Namespace) -> dict:
                     "rss_mib": rss_mib(),
                     "peak_mib": peak_mib(),
                     "compiles": compiles.count,
-                    **totals,
+                    **counts,
                 }
                 rows.append(row)
                 print(
                     f"{row['time_s']:7.1f} {done_steps:9d} {row['world_steps']:12d} "
                     f"{row['steps_per_s']:10.0f} {row['rss_mib']:8.0f} "
                     f"{row['rss_mib'] - base_rss:+6.0f} {row['peak_mib']:6.0f} "
-                    f"{row['compiles']:8d} {totals['resets']:9d} {totals['unstable_events']:8d}",
+                    f"{row['compiles']:8d} {counts['resets']:9d} {counts['unstable_events']:8d}",
                     flush=True,
                 )
                 last_t, last_steps = now, done_steps
@@ -205,6 +241,7 @@ def soak(args: argparse.Namespace) -> dict:
     later = rows[len(rows) // 2 :] or rows
     return {
         "mode": args.mode,
+        "impl": args.impl,
         "num_envs": n,
         "batched_steps": done_steps,
         "world_steps": done_steps * n,
@@ -215,7 +252,7 @@ def soak(args: argparse.Namespace) -> dict:
         "rss_end_mib": rows[-1]["rss_mib"],
         "rss_growth_second_half_mib": later[-1]["rss_mib"] - later[0]["rss_mib"],
         "compiles_after_warmup": rows[-1]["compiles"],
-        "health": r.health.totals(),
+        "health": totals(),
         "rows": rows,
     }
 
@@ -224,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--steps", type=int, default=20_000, help="batched steps (x num-envs)")
-    p.add_argument("--mode", choices=("step", "rollout"), default="step")
+    p.add_argument("--mode", choices=("step", "rollout", "gym"), default="step")
+    p.add_argument("--impl", default="jax", help='"jax", "warp" or "c" (the soak only)')
+    p.add_argument("--num-threads", type=int, default=0, help='impl "c": 0 is every core')
     p.add_argument("--reset-every", type=int, default=10)
     p.add_argument("--time-limit", type=int, default=500)
     p.add_argument("--warmup-chunks", type=int, default=3)
@@ -236,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
 
-    result = {"backend": backend_info("jax"), "argv": sys.argv[1:]}
+    result = {"backend": backend_info(args.impl), "argv": sys.argv[1:]}
     if not args.skip_check_cost:
         cost = check_cost(args.num_envs, args.cost_rounds, scan_steps=200, loop_steps=200)
         result["check_cost"] = cost

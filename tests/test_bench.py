@@ -334,6 +334,24 @@ def test_step_profile_reads_one_host_call_per_runner_step():
     assert calls == 1.0 and us > 0
 
 
+@pytest.mark.parametrize("mode", ["step", "gym"])
+def test_the_soak_runs_on_impl_c_without_compiling_after_warm_up(mode, tmp_path):
+    # benchmarks/soak.py watches a long run's memory and compiles; on impl "c" a leak
+    # of the host call would show there. A short soak: what it reports holds up.
+    soak = load_benchmark("soak")
+    out = tmp_path / "soak.json"
+    argv = ["--impl", "c", "--num-threads", "1", "--mode", mode, "--num-envs", "8"]
+    argv += ["--steps", "60", "--warmup-chunks", "2", "--skip-check-cost", "--out", str(out)]
+    assert soak.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["backend"]["impl"] == "c"
+    s = result["soak"]
+    assert (s["mode"], s["impl"], s["world_steps"]) == (mode, "c", 60 * 8)
+    assert s["compiles_after_warmup"] == 0
+    # random pushes topple cartpoles: worlds restart (the task's or the host's resets)
+    assert s["health"]["resets"] > 0 and s["health"]["unstable_events"] == 0
+
+
 def test_results_summary_has_a_row_per_size_with_ratios(report):
     runner = load_benchmark("run")
     text = runner.summary([report])
