@@ -348,7 +348,7 @@ def test_the_soak_runs_on_impl_c_without_compiling_after_warm_up(mode, tmp_path)
     s = result["soak"]
     assert (s["mode"], s["impl"], s["world_steps"]) == (mode, "c", 60 * 8)
     assert s["compiles_after_warmup"] == 0
-    # random pushes topple cartpoles: worlds restart (the task's or the host's resets)
+    # random controls topple cartpoles: worlds restart (the task's or the host's resets)
     assert s["health"]["resets"] > 0 and s["health"]["unstable_events"] == 0
 
 
