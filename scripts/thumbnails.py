@@ -11,6 +11,7 @@ pose), then drawn through :class:`mjxrunner.render.WorldRenderer` from one world
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 from pathlib import Path
 
@@ -37,6 +38,7 @@ POSES = {
     "cartpole": ({1: 0.5}, 0, None, 90),
     "g1": ({}, 30, "track", 0),
     "go1": ({}, 50, "track", 0),
+    "go1_cpu": ({}, 50, "track", 0),
     "hopper": ({3: -0.3, 4: -0.5, 5: 0.3}, 0, None, 90),
     "humanoid": ({}, 30, None, 140),
     "pendulum": ({0: 2.2}, 0, None, 90),
@@ -66,6 +68,9 @@ def thumbnail(name: str) -> np.ndarray:
     """``(HEIGHT, WIDTH, 3)`` uint8 picture of scene ``name``."""
     m, d, camera, azimuth = pose(name)
     renderer = WorldRenderer(m)
+    if m.opt.solver == mujoco.mjtSolver.mjSOL_PGS:  # MJX has no PGS; a picture needs no solver
+        m = copy.copy(m)
+        m.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
     try:
         model, data = mjx.put_model(m, impl="jax"), mjx.put_data(m, d, impl="jax")
         if camera is None:

@@ -93,6 +93,7 @@ def test_every_model_has_a_parity_case():
         return models.info(name).variant_of or name
 
     robots = set(test_robots.ROBOTS)  # their parity runs in tests/test_robots.py
+    robots.add("go1_cpu")  # impl "c" only (PGS): tests/test_native.py holds it to mj_step
     assert {family(n) for n in CASES} | robots == {family(n) for n in models.list()}
 
 

@@ -154,16 +154,19 @@ def test_joystick_tasks_on_mjx():
 @pytest.fixture(scope="module", params=sorted(ROBOTS))
 def joystick_env(request):
     name = request.param
-    task = {"go1": joystick.GO1_JOYSTICK, "g1": joystick.G1_JOYSTICK}[name]
+    # go1_joystick trains the Go1 on its CPU scene, with a gait clock (tests/test_go1_cpu.py)
+    task, robot = {"go1": (joystick.GO1_JOYSTICK, joystick.GO1_CPU),
+                   "g1": (joystick.G1_JOYSTICK, joystick.G1)}[name]  # fmt: skip
     env = E.make(task, 4, impl="c", num_threads=1, latency=joystick.LATENCY, pushes=joystick.PUSHES)
-    return name, task, env.with_randomization(joystick.randomization(ROBOTS[name]))
+    return robot, task, env.with_randomization(joystick.randomization(robot))
 
 
 def test_a_joystick_task_runs_with_the_kit(joystick_env):
-    name, _, env = joystick_env
+    robot, _, env = joystick_env
     state = E.jit_reset(env, jax.random.key(0))
     obs_size = sum(int(np.prod(state.obs[k].shape[1:])) for k in joystick.TERMS)
-    assert obs_size > 0 and set(state.obs) == set(joystick.TERMS)
+    gait = {"gait"} if robot.gait is not None else set()
+    assert obs_size > 0 and set(state.obs) == set(joystick.TERMS) | gait
     commands = np.asarray(state.info["command"])
     assert len({tuple(c) for c in commands.round(6)}) == 4  # drawn per world
     rewards = []
@@ -177,18 +180,18 @@ def test_a_joystick_task_runs_with_the_kit(joystick_env):
     assert np.asarray(metrics["lin_vel_error"]).max() > 0.05
     # the logged terms are the reward's: their sum, clipped at 0 from below, is it
     terms = [np.asarray(v) for k, v in metrics.items() if k.startswith("reward/")]
-    assert len(terms) == len(joystick.WEIGHTS)
+    assert len(terms) == len(joystick.GAIT_WEIGHTS if gait else joystick.WEIGHTS)
     np.testing.assert_allclose(np.maximum(sum(terms), 0.0), rewards[-1], rtol=1e-5, atol=1e-7)
     # randomization reached the worlds: masses and centres of mass per world
     assert len({tuple(np.asarray(state.model.tree.body_mass)[i]) for i in range(4)}) == 4
-    base = models.load(name).body(ROBOTS[name].base).id
+    base = models.load(robot.scene).body(robot.base).id
     com = np.asarray(state.model.tree.body_ipos)[:, base]
     assert len({tuple(c) for c in com.round(6)}) == 4
     # servo stiffness drawn per world and actuator, its three fields together: the
     # pose a zero action holds (bias / gain) is the scene's own
     gain = np.asarray(state.model.tree.actuator_gainprm)[..., 0]
     bias = np.asarray(state.model.tree.actuator_biasprm)
-    m = models.load(name)
+    m = models.load(robot.scene)
     assert len({tuple(g) for g in gain.round(4)}) == 4
     np.testing.assert_allclose(bias[..., 1], -gain, rtol=1e-6)
     held = m.actuator_biasprm[:, 0] / m.actuator_gainprm[:, 0]

@@ -65,6 +65,11 @@ def check_supported(m: mujoco.MjModel, impl: str) -> None:
             "the model enables energy computation (<flag energy='enable'/>), which MJX "
             "does not support; remove the flag or set energy='disable'"
         )
+    if m.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
+        raise ValueError(
+            f"the model uses MuJoCo's PGS solver, which MJX (impl {impl!r}) does not "
+            "have; use impl='c', or set the solver to Newton or CG"
+        )
     if impl == "jax" and m.nflex:
         raise ValueError(
             f"the model has {m.nflex} flex object(s), which impl 'jax' cannot simulate; "

@@ -107,6 +107,16 @@ _INFO = {
             camera="track",
         ),
         ModelInfo(
+            "go1_cpu",
+            "the Go1 as a CPU trains it: PGS, pyramidal cones, feet of condim 3, rotor "
+            "armature (impl c only)",
+            contacts=True,
+            naconmax_per_world=4,
+            njmax=28,
+            keyframe="home",
+            camera="track",
+        ),
+        ModelInfo(
             "hopper",
             "planar one-legged hopper, 3 motors, capsule-floor contacts",
             contacts=True,

@@ -260,10 +260,21 @@ def put_model(
     """The model pytree of ``m`` for impl "c": MjModel's fields as arrays (the
     per-world parameters' home), and the host that steps the worlds. ``digest``:
     ``HostModel.of(m).digest`` where the caller has it (a robot's MJB is tens of MB)."""
-    template = mjx.put_model(m, impl="cpp", device=device)
+    template = mjx.put_model(_representable(m), impl="cpp", device=device)
     fields = {f.name: getattr(template, f.name) for f in dataclasses.fields(mjx.Model)}
     fields["_impl"] = ModelC(host=Host.of(m, num_threads, digest))
     return Model(**fields)
+
+
+def _representable(m: mujoco.MjModel) -> mujoco.MjModel:
+    """``m``, or a copy whose options MJX's pytree can hold: its ``Option`` has no PGS
+    solver, so the template says Newton there. Only the template's fields are read
+    from it; the worlds step with the host model's own options."""
+    if m.opt.solver != mujoco.mjtSolver.mjSOL_PGS:
+        return m
+    m = copy.copy(m)
+    m.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
+    return m
 
 
 def put_data(m: mujoco.MjModel, d: mujoco.MjData, device: jax.Device) -> Data:

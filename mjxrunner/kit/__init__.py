@@ -1,7 +1,8 @@
 """The kit: what tasks are built from, on top of the engine.
 
 Owns observation terms, noise and history (:mod:`.observations`), running
-observation normalization (:mod:`.normalize`), tiled terrain (:mod:`.terrain`),
+observation normalization (:mod:`.normalize`), a task's mirror image for symmetric
+policies (:mod:`.symmetry`), tiled terrain (:mod:`.terrain`),
 batched pixel observations (:mod:`.pixels`) and host-side rendering and video
 (:mod:`.render`).
 

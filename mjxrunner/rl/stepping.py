@@ -46,7 +46,11 @@ def normalized(
     if env.normalize is None:
         return (norm, returned, *also)
     axis = None if env.mesh is None else sharding.AXIS
-    norm = normalize.update(norm, returned, axis)
+    samples = returned
+    if env.task.mirror is not None:  # symmetric statistics: mirroring commutes with scaling
+        image = env.task.mirror.observation(returned)
+        samples = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), returned, image)
+    norm = normalize.update(norm, samples, axis)
     scale = lambda o: normalize.apply(env.normalize, norm, o)  # noqa: E731
     return (norm, scale(returned), *map(scale, also))
 

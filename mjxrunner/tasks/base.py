@@ -73,6 +73,7 @@ from mujoco import mjx
 from mjxrunner.engine.models import action_bounds, load_any  # noqa: F401 - re-exported for tasks
 from mjxrunner.kit.observations import ObsConfig
 from mjxrunner.kit.pixels import PixelSpec
+from mjxrunner.kit.symmetry import Mirror
 
 ObservationFn = Callable[..., Any]
 """``observation(model, data[, info]) -> obs`` of one world: an ``(obs_dim,)`` float
@@ -172,6 +173,9 @@ class Task:
         drawn at a reset; then ``initial_state`` takes it as last argument.
       update_curriculum: None (the state stays as drawn), or how an ended episode
         changes it (called at the world's restart, before its new start).
+      mirror: None, or the task's left-right mirror image of its observation terms
+        and its action (:class:`~mjxrunner.kit.symmetry.Mirror`), for symmetric
+        policies; the env's observation normalizer then keeps symmetric statistics.
     """
 
     name: str
@@ -190,6 +194,7 @@ class Task:
     pixels: PixelSpec | None = None
     initial_curriculum: InitialCurriculumFn | None = None
     update_curriculum: UpdateCurriculumFn | None = None
+    mirror: Mirror | None = None
 
     @property
     def has_info(self) -> bool:
@@ -245,6 +250,10 @@ class Task:
         if self.pixels is not None and not isinstance(self.pixels, PixelSpec):
             raise TypeError(
                 f"Task.pixels must be a mjxrunner.kit.pixels.PixelSpec or None, got {self.pixels!r}"
+            )
+        if self.mirror is not None and not isinstance(self.mirror, Mirror):
+            raise TypeError(
+                f"Task.mirror must be a mjxrunner.kit.symmetry.Mirror or None, got {self.mirror!r}"
             )
         if self.update_info is not None and self.initial_info is None:
             raise ValueError("Task.update_info needs Task.initial_info (the info it updates)")

@@ -134,7 +134,10 @@ def check(task: Any, model: mjx.Model, data: mjx.Data, nu: int) -> None:
     info: tuple = ()
     if task.has_info:
         info = (_call(task, "initial_info", (model, start, key)),)
-    _observation(task, _call(task, "observation", (model, start, *info)))
+    obs = _call(task, "observation", (model, start, *info))
+    _observation(task, obs)
+    if task.mirror is not None:
+        _mirror(task, obs, nu)
     action = jax.ShapeDtypeStruct((nu,), data.qpos.dtype)
     _scalar(task, "reward", _call(task, "reward", (model, start, action, start, *info)), "float")
     _scalar(task, "terminated", _call(task, "terminated", (model, start, *info)), "bool")
@@ -145,3 +148,18 @@ def check(task: Any, model: mjx.Model, data: mjx.Data, nu: int) -> None:
         info_arg = info[0] if info else None
         new = _call(task, "update_curriculum", (model, start, info_arg, curriculum[0], key))
         _same_tree(task, "update_curriculum", new, curriculum[0], "the curriculum state")
+
+
+def _mirror(task: Any, obs: Any, nu: int) -> None:
+    """The task's mirror acts on its observation's terms and on an ``(nu,)`` action."""
+    try:
+        jax.eval_shape(task.mirror.observation, obs)
+    except ValueError as e:
+        raise ValueError(
+            f"task {task.name!r}: Task.mirror does not fit its observation: {e}"
+        ) from None
+    if len(task.mirror.action.perm) != nu:
+        raise ValueError(
+            f"task {task.name!r}: Task.mirror's action has {len(task.mirror.action.perm)} "
+            f"entries, the action {nu}"
+        )

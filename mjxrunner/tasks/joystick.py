@@ -1,7 +1,12 @@
 """Joystick tasks on the real robots: follow a commanded velocity with a gait.
 
 ``go1_joystick`` (Unitree Go1) and ``g1_joystick`` (Unitree G1) on flat ground,
-on the scenes of :mod:`mjxrunner.engine.robots` (the ``robots`` extra), and
+on the scenes of :mod:`mjxrunner.engine.robots` (the ``robots`` extra);
+``go1_joystick`` trains on a CPU: its scene is ``go1_cpu`` (PGS, impl ``"c"`` only, 4
+physics steps of 5 ms a control step), its robot has a gait clock (a 2 Hz trot,
+observed as the term ``gait`` and rewarded by :data:`GAIT_WEIGHTS`) and a mirror
+image (``Task.mirror``, for symmetric policies); ``go1_joystick_mjx`` is the same task
+on the scene ``go1``, which MJX runs (Newton, elliptic cones, 5 steps of 4 ms); and
 ``go1_joystick_rough``: the Go1 on the kit's tiled terrain (:data:`GO1_TERRAIN`)
 with its level curriculum, as :mod:`.locomotion` runs the ant's (each world keeps
 its column and moves up a level when it walked past half a tile, down when it
@@ -31,7 +36,7 @@ standing pose (the scenes' position actuators take it so: a zero action stands).
   masses, the base's centre of mass, joint offsets, motor strength) for
   ``env.with_randomization``.
 
-Control at 50 Hz (5 physics steps of 4 ms); episodes of 20 s. A foot is on the
+Control at 50 Hz; episodes of 20 s. A foot is on the
 ground when its site is within :attr:`Legged.contact_height` of the ground beneath
 it; the base's height (its reward term and the fall) is measured the same way. The
 observation is blind (no height scan) on both grounds, so one policy runs on both.
@@ -52,6 +57,7 @@ from mjxrunner.engine import events, models, robots
 from mjxrunner.engine.params import Term
 from mjxrunner.kit import terrain
 from mjxrunner.kit.observations import Noise, ObsConfig
+from mjxrunner.kit.symmetry import Flip, Mirror
 from mjxrunner.tasks.base import Task
 from mjxrunner.tasks.locomotion import (  # the ant's velocity task: the same terms
     LATENCY,  # noqa: F401 - re-exported: the suggested latency
@@ -97,11 +103,53 @@ WEIGHTS = {
 }
 """The reward's terms and their weights."""
 
+GAIT_WEIGHTS = {
+    **{k: v for k, v in WEIGHTS.items() if k != "feet_air_time"},
+    "track_lin_vel": 1.5,
+    "track_yaw_rate": 0.8,
+    "gait": 0.5,
+}
+"""The weights of a task on a robot with a gait clock: the clock's swing and stance
+(``gait``) in place of the feet's air time, and the tracking terms above the rest."""
+
 AIR_TIME_TARGET = 0.1
 """Seconds of swing the feet-air-time term counts from (shorter swings cost)."""
 
 MOVING = 0.1
 """Commands slower than this (norm, m/s and rad/s) ask to stand: no air-time reward."""
+
+
+GAIT_SIGMA = 0.01
+"""``sigma`` of the gait term ``exp(-sum_feet (height - target)^2 / sigma)``, m^2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Gait:
+    """A gait clock: the cycle runs at ``frequency`` Hz from the start of an episode
+    (``data.time``), each foot at its own offset in it. A foot stands in the first
+    half of its cycle and swings in the second, its target height above its standing
+    height ``swing_height * max(0, -sin(2 pi phase))``.
+
+    Attributes:
+      frequency: cycles per second.
+      offsets: each foot's phase offset, in cycles, in the order of ``Legged.feet``
+        (a trot: the diagonal pairs half a cycle apart).
+      swing_height: the swing's apex, m.
+    """
+
+    frequency: float
+    offsets: tuple[float, ...]
+    swing_height: float = 0.08
+
+    def clock(self, time: jax.Array) -> jax.Array:
+        """``(2,)`` the cycle's ``(sin, cos)`` at ``time``: what the policy observes."""
+        angle = 2 * jnp.pi * self.frequency * time
+        return jnp.stack([jnp.sin(angle), jnp.cos(angle)])
+
+    def targets(self, time: jax.Array) -> jax.Array:
+        """``(nfeet,)`` each foot's target height above its standing height at ``time``."""
+        phase = self.frequency * time + jnp.asarray(self.offsets, time.dtype)
+        return self.swing_height * jnp.maximum(0.0, -jnp.sin(2 * jnp.pi * phase))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +164,11 @@ class Legged:
       min_height: the base's least height before the episode ends, m.
       contact_height: a foot's site at most this high is on the ground, m.
       commands: the command ranges.
+      gait: None, or the gait clock the task observes and rewards.
+      mirror: None, or the robot's joints mirrored left to right, for a symmetric
+        robot: joint ``i`` of the image is ``sign[i]`` times joint ``perm[i]`` (a joint
+        about the forward or vertical axis changes sign, one about the lateral axis
+        keeps it).
     """
 
     scene: str
@@ -125,6 +178,8 @@ class Legged:
     min_height: float
     contact_height: float
     commands: Commands
+    gait: Gait | None = None
+    mirror: Flip | None = None
 
 
 GO1 = Legged(
@@ -136,6 +191,18 @@ GO1 = Legged(
     contact_height=0.03,
     commands=Commands(vx=(-1.0, 1.0), vy=(-0.6, 0.6), yaw=(-1.0, 1.0)),
 )
+GO1_CPU = dataclasses.replace(
+    GO1,
+    scene="go1_cpu",
+    commands=dataclasses.replace(GO1.commands, standing=0.1),
+    gait=Gait(frequency=2.0, offsets=(0.0, 0.5, 0.5, 0.0)),  # FR, FL, RR, RL: a trot
+    # legs FR, FL, RR, RL of (hip abduction, thigh, knee): right and left swap, and
+    # abduction (about the forward axis) changes sign
+    mirror=Flip(perm=(3, 4, 5, 0, 1, 2, 9, 10, 11, 6, 7, 8), sign=(-1.0, 1.0, 1.0) * 4),
+)
+"""The Go1 as ``go1_joystick`` trains it on a CPU: the scene ``go1_cpu``
+(:mod:`mjxrunner.engine.robots`), a 2 Hz trot clock, one episode in ten commanded to
+stand, and its mirror image."""
 G1 = Legged(
     "g1",
     "stand",
@@ -155,6 +222,7 @@ class _Layout:
     base_height: float
     foot_sites: np.ndarray  # (nfeet,)
     foot_velocity: np.ndarray  # (nfeet, 3) sensordata indices of <foot>_linvel
+    foot_height: np.ndarray  # (nfeet,) each foot site's height in the standing pose
     soft_low: np.ndarray  # (nq - 7,) 90 % of each joint's range
     soft_high: np.ndarray
 
@@ -167,11 +235,15 @@ def _layout(robot: Legged) -> _Layout:
     sensors = [m.sensor(f"{f}_linvel") for f in robot.feet]
     low, high = m.jnt_range[1:, 0], m.jnt_range[1:, 1]
     mid, half = (low + high) / 2, (high - low) / 2
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, key.id)
+    mujoco.mj_kinematics(m, d)
     return _Layout(
         q0=np.array(key.qpos[7:]),
         base_height=float(key.qpos[2]),
         foot_sites=np.array(sites),
         foot_velocity=np.array([s.adr[0] + np.arange(3) for s in sensors]),
+        foot_height=d.site_xpos[sites, 2].copy(),
         soft_low=mid - 0.9 * half,
         soft_high=mid + 0.9 * half,
     )
@@ -201,13 +273,15 @@ def joystick_task(
     substeps: int = 5,
 ) -> Task:
     """A joystick task for ``robot`` (see the module notes): on its scene's flat
-    floor, or on the terrain of ``ground`` with the level curriculum."""
+    floor, or on the terrain of ``ground`` with the level curriculum. A robot with a
+    gait clock (``robot.gait``) observes it (term ``gait``, zeros while the command
+    is to stand) and is rewarded by :data:`GAIT_WEIGHTS`; a robot with a mirror
+    (``robot.mirror``) gives the task its mirror image (``Task.mirror``)."""
     if ground is not None and not isinstance(ground, terrain.TerrainConfig):
         raise TypeError(f"ground must be None or a TerrainConfig, got {type(ground).__name__}")
-    c = robot.commands
-    low = np.array([c.vx[0], c.vy[0], c.yaw[0]])
-    high = np.array([c.vx[1], c.vy[1], c.yaw[1]])
     nfeet = len(robot.feet)
+    gait = robot.gait
+    weights = WEIGHTS if gait is None else GAIT_WEIGHTS
 
     def ground_now() -> terrain.Terrain | None:
         return None if ground is None else _rough_scene(robot, ground)[1]
@@ -221,7 +295,11 @@ def joystick_task(
 
     def observation(model: mjx.Model, data: mjx.Data, info: dict) -> dict:
         del model
-        return observe(data, info, jnp.asarray(_layout(robot).q0))
+        terms = observe(data, info, jnp.asarray(_layout(robot).q0))
+        if gait is not None:
+            moving = jnp.linalg.norm(info["command"]) > MOVING
+            terms["gait"] = moving * gait.clock(data.time).astype(data.qpos.dtype)
+        return terms
 
     def reward_terms(model, action, next_data, info) -> dict:
         """Each term of the reward, unweighted."""
@@ -250,13 +328,18 @@ def joystick_task(
             "feet_air_time": moving * jnp.sum((air - AIR_TIME_TARGET) * first),
             "foot_slip": jnp.sum(contact * jnp.sum(foot_speed**2, axis=-1)),
         }
-        return terms
+        if gait is not None:  # the feet's heights against the clock's (all down to stand)
+            feet = next_data.site_xpos[layout.foot_sites]
+            height = height_above_ground(feet, ground_now()) - layout.foot_height
+            target = moving * gait.targets(next_data.time)
+            terms["gait"] = jnp.exp(-jnp.sum((height - target) ** 2) / GAIT_SIGMA)
+        return {k: terms[k] for k in weights}
 
     def weighted(model, action, next_data, info) -> dict:
         """Each term of the reward as it enters the sum (per control step)."""
         dt = substeps * model.opt.timestep
         terms = reward_terms(model, action, next_data, info)
-        return {k: dt * WEIGHTS[k] * v for k, v in terms.items()}
+        return {k: dt * weights[k] * v for k, v in terms.items()}
 
     def reward(model, data, action, next_data, info) -> jax.Array:
         del data
@@ -270,16 +353,15 @@ def joystick_task(
     def initial_info(model, data, key) -> dict:
         dtype = data.qpos.dtype
         zero = jnp.zeros((), dtype)
-        command = jax.random.uniform(key, (3,), dtype, low.astype(dtype), high.astype(dtype))
         return {
-            "command": command,
+            "command": robot.commands.draw(key, dtype),
             "last_action": jnp.zeros(model.nu, dtype),
             "air_time": jnp.zeros(nfeet, dtype),
             "contact": jnp.ones(nfeet, bool),
             "metrics": {
                 "lin_vel_error": zero,
                 "yaw_rate_error": zero,
-                **{f"reward/{k}": zero for k in WEIGHTS},
+                **{f"reward/{k}": zero for k in weights},
             },
         }
 
@@ -325,6 +407,7 @@ def joystick_task(
         "obs_config": obs_config,
         "initial_info": initial_info,
         "update_info": update_info,
+        "mirror": None if robot.mirror is None else mirror_of(robot.mirror, gait is not None),
     }
     if ground is None:
         return Task(model=robot.scene, initial_state=initial_state, **common)
@@ -334,6 +417,27 @@ def joystick_task(
 
     hooks = curriculum_hooks(build, ground_now, max_episode_steps, substeps, initial_state)
     return Task(**hooks, **common)
+
+
+def mirror_of(joints: Flip, gait: bool) -> Mirror:
+    """The joystick task's mirror image, from its robot's joints': the base's
+    velocities and gravity in its frame reflected across its sagittal plane (a
+    velocity's lateral part, a rate's roll and yaw parts change sign), the command's
+    ``vy`` and yaw rate, and the clock half a cycle on (the mirror's right feet are
+    the robot's left ones)."""
+    vector, rate = Flip.signs(1, -1, 1), Flip.signs(-1, 1, -1)
+    terms = {
+        "base_lin_vel": vector,
+        "base_ang_vel": rate,
+        "projected_gravity": vector,
+        "joint_pos": joints,
+        "joint_vel": joints,
+        "last_action": joints,
+        "command": Flip.signs(1, -1, -1),
+    }
+    if gait:
+        terms["gait"] = Flip.signs(-1, -1)
+    return Mirror(terms=terms, action=joints)
 
 
 def randomization(robot: Legged, model: mujoco.MjModel | None = None) -> list[Term]:
@@ -377,8 +481,11 @@ levels of 4 m; stairs up to 14 cm, slopes up to 25 degrees, rough ground up to
 carry the robot that far off its tile. A world that walks off the grid falls and
 its episode ends."""
 
-GO1_JOYSTICK = joystick_task("go1_joystick", GO1)
+GO1_JOYSTICK = joystick_task("go1_joystick", GO1_CPU, substeps=4)
+GO1_JOYSTICK_MJX = joystick_task(
+    "go1_joystick_mjx", dataclasses.replace(GO1_CPU, scene="go1", commands=GO1_CPU.commands)
+)
 G1_JOYSTICK = joystick_task("g1_joystick", G1)
 GO1_JOYSTICK_ROUGH = joystick_task("go1_joystick_rough", GO1, ground=GO1_TERRAIN)
 
-TASKS = (GO1_JOYSTICK, G1_JOYSTICK, GO1_JOYSTICK_ROUGH)
+TASKS = (GO1_JOYSTICK, GO1_JOYSTICK_MJX, G1_JOYSTICK, GO1_JOYSTICK_ROUGH)

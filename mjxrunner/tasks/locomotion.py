@@ -93,11 +93,24 @@ class Commands:
       vx: forward speed in the torso's frame, m/s.
       vy: sideways speed, m/s.
       yaw: yaw rate, rad/s.
+      standing: the chance that a draw is the zero command (stand still), which a
+        uniform draw almost never gives.
     """
 
     vx: tuple[float, float] = (-0.5, 0.5)
     vy: tuple[float, float] = (-0.5, 0.5)
     yaw: tuple[float, float] = (-0.5, 0.5)
+    standing: float = 0.0
+
+    def draw(self, key: jax.Array, dtype) -> jax.Array:
+        """``(3,)`` one command ``(vx, vy, yaw rate)``."""
+        low = jnp.array([self.vx[0], self.vy[0], self.yaw[0]], dtype)
+        high = jnp.array([self.vx[1], self.vy[1], self.yaw[1]], dtype)
+        if not self.standing:
+            return jax.random.uniform(key, (3,), dtype, low, high)
+        k_draw, k_stand = jax.random.split(key)
+        command = jax.random.uniform(k_draw, (3,), dtype, low, high)
+        return jnp.where(jax.random.uniform(k_stand) < self.standing, 0.0, command).astype(dtype)
 
 
 TRACKING_SIGMA = 0.25
@@ -339,18 +352,17 @@ def velocity_task(
         lo, hi = getattr(commands, field)
         if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
             raise ValueError(f"Commands.{field} must be finite (low, high), got {(lo, hi)}")
+    if not 0.0 <= commands.standing <= 1.0:
+        raise ValueError(f"Commands.standing must be in [0, 1], got {commands.standing}")
     if isinstance(resample_steps, bool) or not isinstance(resample_steps, int):
         raise TypeError(f"resample_steps must be an int, got {resample_steps!r}")
     if resample_steps < 0:
         raise ValueError(f"resample_steps must be >= 0, got {resample_steps}")
-    low = np.array([commands.vx[0], commands.vy[0], commands.yaw[0]])
-    high = np.array([commands.vx[1], commands.vy[1], commands.yaw[1]])
 
     def ground_now() -> terrain.Terrain | None:
         return None if ground is None else _terrain(ground)[1]
 
-    def draw_command(key: jax.Array, dtype) -> jax.Array:
-        return jax.random.uniform(key, (3,), dtype, low.astype(dtype), high.astype(dtype))
+    draw_command = commands.draw
 
     def observation(model: mjx.Model, data: mjx.Data, info: dict) -> dict:
         del model
