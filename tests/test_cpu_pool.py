@@ -17,12 +17,15 @@ from mjxrunner.engine import cpu_pool
 # started and what mjxrunner reports.
 PROBE = """
 import json, os, sys
-cpus, jax_first = int(sys.argv[1]), sys.argv[2] == "1"
+cpus, jax_first, widen = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1"
 os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cpus])
 if jax_first:
     import jax.numpy as jnp
     jnp.ones(2).block_until_ready()
 import mjxrunner
+if widen:
+    from mjxrunner.engine import cpu_pool
+    cpu_pool.widen()
 import jax.numpy as jnp
 jnp.ones(2).block_until_ready()
 names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
@@ -34,12 +37,14 @@ print(json.dumps({
 """
 
 
-def probe(cpus: int, jax_first: bool = False, devices: int = 1, **env: str) -> dict:
+def probe(
+    cpus: int, jax_first: bool = False, devices: int = 1, widen: bool = False, **env: str
+) -> dict:
     clean = {k: v for k, v in os.environ.items() if k not in cpu_pool.ENV}
     # XLA gives its pool at least a thread per CPU device
     clean["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, str(cpus), "1" if jax_first else "0"],
+        [sys.executable, "-c", PROBE, str(cpus), "1" if jax_first else "0", "1" if widen else "0"],
         env={**clean, **env},
         capture_output=True,
         text=True,
@@ -68,6 +73,13 @@ def test_several_cpu_devices_keep_a_thread_each():
 def test_the_users_size_is_kept():
     assert probe(2, PJRT_NPROC="2") == {"eigen": 2, "env": "2", "info": 2}
     assert probe(2, NPROC="3") == {"eigen": 3, "env": None, "info": 3}
+
+
+@needs_proc
+def test_a_trainer_widens_the_pool_back_unless_the_user_sized_it():
+    # mjxrunner train calls widen() before JAX runs: its updates are matrix products
+    assert probe(2, widen=True) == {"eigen": 2, "env": None, "info": 2}
+    assert probe(2, widen=True, PJRT_NPROC="1") == {"eigen": 1, "env": "1", "info": 1}
 
 
 @needs_proc
@@ -143,3 +155,21 @@ def test_cpu_only_reads_jax_platforms_and_the_installed_plugins(
     monkeypatch.setattr(cpu_pool.metadata, "entry_points", lambda group: [])
     monkeypatch.setattr(cpu_pool.importlib.util, "find_spec", lambda name: name == "libtpu")
     assert not cpu_pool.cpu_only()  # a TPU
+
+
+@needs_proc
+def test_mjxrunner_train_runs_its_updates_on_a_thread_per_cpu(tmp_path):
+    """The command line's train widens the pool before anything starts JAX (its
+    default impl asks JAX for the backend): the run's record says so."""
+    clean = {k: v for k, v in os.environ.items() if k not in cpu_pool.ENV}
+    run = tmp_path / "run"
+    script = (
+        "import os, sys; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2]); "
+        "from mjxrunner.tools import cli; sys.exit(cli.main(sys.argv[1:]))"
+    )
+    args = ["train", "cartpole_balance", "--out", str(run), "--steps", "64", "--num-envs", "8",
+            "--rollout-steps", "8", "--no-progress", "--no-tensorboard"]  # fmt: skip
+    subprocess.run([sys.executable, "-c", script, *args], env=clean, check=True,
+                   capture_output=True)  # fmt: skip
+    threads = json.loads((run / "run.json").read_text())["backend"]["xla_cpu_threads"]
+    assert threads == min(2, len(os.sched_getaffinity(0)))

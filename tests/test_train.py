@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from mjxrunner import tasks
 from mjxrunner.rl import env as E
 from mjxrunner.tools import cli
 from mjxrunner.tools.train import deploy, export, onnx_graph, play, ppo, run_dir, sim2sim, trainer
@@ -256,10 +257,12 @@ def test_export_refuses_a_bad_file_name_and_names_what_it_cannot_convert(run, tm
 
 @pytest.fixture(scope="module")
 def go1_export(tmp_path_factory):
-    """An untrained Go1 joystick run (one update of 2 worlds), played and exported."""
+    """An untrained Go1 joystick run (one update of 2 worlds, the symmetric policy),
+    played and exported."""
     folder = tmp_path_factory.mktemp("go1") / "run"
     config = ppo.PPOConfig(task="go1_joystick", num_envs=2, rollout_steps=4, minibatches=2,
-                           normalize_obs=True, impl="c", num_threads=1)  # fmt: skip
+                           normalize_obs=True, symmetric=True, impl="c",
+                           num_threads=1)  # fmt: skip
     config, chunk = trainer.plan(config, 8, 1)
     trainer.train(config, folder, chunk=chunk, tensorboard=False, progress=False)
     played = play.play(folder, episodes=3)
@@ -283,6 +286,47 @@ def test_the_go1_deploy_loop_keeps_command_last_action_and_history(go1_export):
     assert native["lengths"] == played["lengths"]
     np.testing.assert_allclose(native["returns"], played["returns"], rtol=1e-3, atol=1e-4)
     assert native["agrees"] is True
+
+
+def test_play_holds_given_commands_and_measures_the_base_against_them(go1_export):
+    folder, _, _ = go1_export
+    before = (folder / "play.json").read_text()
+    r = play.play(folder, episodes=2, commands=[[0.5, 0.0, 0.0], [0.0, 0.0, 1.0]],
+                  command_every=60)  # fmt: skip
+    assert [x["command"] for x in r["tracking"]] == [[0.5, 0.0, 0.0], [0.0, 0.0, 1.0]]
+    # the first second (50 steps) of a command is not counted: 10 of its 60 steps are
+    lived = min(r["lengths"])
+    assert r["tracking"][0]["samples"] <= 2 * 10 and 0.0 <= r["falls"] <= 1.0
+    assert all(np.isfinite(x["achieved"]).all() for x in r["tracking"])
+    assert (folder / "play.json").read_text() == before  # what sim2sim compares with
+    assert json.loads((folder / "play_commands.json").read_text())["tracking"] == r["tracking"]
+    # the policy saw the command: the observation of the commanded env holds it
+    task = play.commanded(tasks.get("go1_joystick"), np.array([[0.5, 0.0, 0.0]]), 60)
+    env = E.make(task, 2, impl="c", num_threads=1)
+    state = E.reset(env, jax.random.key(0))
+    np.testing.assert_allclose(state.obs["command"], [[0.5, 0, 0]] * 2)
+    np.testing.assert_allclose(env.step(state, jnp.zeros((2, 12))).info["command"],
+                               [[0.5, 0, 0]] * 2)  # fmt: skip
+    assert lived >= 1
+
+
+@pytest.mark.parametrize(
+    ("commands", "every", "error", "message"),
+    [
+        ([[np.nan, 0, 0]], 10, ValueError, "commands must be finite"),
+        ([[0.5, 0, 0]], 0, ValueError, "command_every must be an int >= 1"),
+        ([[0.5, 0]], 10, ValueError, r"takes commands of shape \(3,\), got \(2,\)"),
+    ],
+)
+def test_play_refuses_commands_it_cannot_hold(go1_export, commands, every, error, message):
+    folder, _, _ = go1_export
+    with pytest.raises(error, match=message):
+        play.play(folder, episodes=1, commands=commands, command_every=every)
+
+
+def test_a_task_without_a_command_cannot_be_commanded():
+    with pytest.raises(ValueError, match="'cartpole_balance' keeps no info"):
+        play.commanded(tasks.get("cartpole_balance"), np.zeros((1, 3)), 10)
 
 
 def test_observed_state_that_follows_the_physics_is_not_exported(run):

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 from typing import Any
 
-TUNABLE = ("num_envs", "rollout_steps", "learning_rate", "entropy_coef", "hidden",
-           "init_log_std", "normalize_obs", "latency", "push_interval", "impl", "num_threads",
-           "steps", "seed")  # fmt: skip
+TUNABLE = ("num_envs", "rollout_steps", "learning_rate", "final_learning_rate", "epochs",
+           "minibatches", "entropy_coef", "hidden", "init_log_std", "normalize_obs", "latency",
+           "push_interval", "symmetric", "impl", "num_threads", "steps", "seed")  # fmt: skip
 """``train`` options that set up a new run; ``--resume`` takes the run's own."""
 
 
@@ -27,7 +28,8 @@ def _returns(r: dict) -> str:
             f"length {r['mean_length']:.1f}")  # fmt: skip
 
 
-PPO_ONLY = ("latency", "push_interval", "init_log_std")
+PPO_ONLY = ("latency", "push_interval", "init_log_std", "final_learning_rate", "epochs",
+            "minibatches", "symmetric")  # fmt: skip
 """``train`` options of the project's PPO only: rsl_rl and Brax train the task nominal,
 with their own initial action noise."""
 
@@ -40,6 +42,9 @@ def _other_trainer(name: str) -> Any:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from mjxrunner.engine import cpu_pool
+
+    cpu_pool.widen()  # before anything runs JAX (the default impl asks for its backend)
     from mjxrunner.tools.train import TRAINERS, ppo, run_dir, trainer
 
     quiet = {"tensorboard": not args.no_tensorboard, "progress": not args.no_progress,
@@ -70,6 +75,17 @@ def _train(args: argparse.Namespace) -> int:
 
         tasks.get(args.task)
         name = args.trainer or "ppo"
+        if name == "ppo":  # the task's suggested settings, where no option is given
+            from mjxrunner.tools.train import ppo
+
+            taken = {k: v for k, v in ppo.SUGGESTED.get(args.task, {}).items()
+                     if getattr(args, k) is None}  # fmt: skip
+            for k, v in taken.items():
+                setattr(args, k, v)
+            if taken:
+                shown = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+                                 for k, v in taken.items())  # fmt: skip
+                print(f"{args.task}: the task's suggested settings {shown}", file=sys.stderr)
         impl = args.impl or args.default_impl()
         impl = "c" if impl == "cpp" else impl
         if args.num_threads is not None and impl != "c":
@@ -84,9 +100,12 @@ def _train(args: argparse.Namespace) -> int:
             pushes = None
             if args.push_interval is not None:
                 pushes = (*args.push_interval, args.push_speed)
+            options.update({k: getattr(args, k) for k in ("final_learning_rate", "epochs",
+                            "minibatches") if getattr(args, k) is not None})  # fmt: skip
             config = ppo.PPOConfig(
                 task=args.task,
                 normalize_obs=bool(args.normalize_obs),
+                symmetric=bool(args.symmetric),
                 latency=None if args.latency is None else tuple(args.latency),
                 pushes=pushes,
                 impl=impl,
@@ -125,8 +144,16 @@ def _play(args: argparse.Namespace) -> int:
     from mjxrunner.tools.train import play
 
     r = play.play(args.run, episodes=args.episodes, seed=args.seed, impl=args.impl,
-                  video=args.video, video_worlds=tuple(args.video_worlds))  # fmt: skip
+                  video=args.video, video_worlds=tuple(args.video_worlds),
+                  commands=args.command, command_every=args.command_every)  # fmt: skip
     lines = [f"{r['task']} on impl {r['impl']}, deterministic policy, " + _returns(r)]
+    for x in r.get("tracking", []):
+        c, a = x["command"], x["achieved"]
+        lines.append(f"command (vx, vy, yaw) = ({c[0]:+.2f}, {c[1]:+.2f}, {c[2]:+.2f}): "
+                     f"base ({a[0]:+.2f}, {a[1]:+.2f}, {a[2]:+.2f}) over {x['samples']} "
+                     "world-steps")  # fmt: skip
+    if "falls" in r:
+        lines.append(f"falls: {100 * r['falls']:.1f} % of episodes")
     if args.video:
         lines.append(f"video: {args.video}")
     _print(r, args.json, lines)
@@ -186,6 +213,14 @@ def add(sub: Any, positive: Any, impls: tuple[str, ...], impl_help: str, default
     t.add_argument("--num-envs", type=positive)
     t.add_argument("--rollout-steps", type=positive)
     t.add_argument("--learning-rate", type=float)
+    t.add_argument("--final-learning-rate", type=float, metavar="LR",
+                   help="ppo: the learning rate at the end of the run (default 0: annealed "
+                   "linearly from --learning-rate to it)")  # fmt: skip
+    t.add_argument("--epochs", type=positive, help="ppo: passes over each rollout")
+    t.add_argument("--minibatches", type=positive, help="ppo: minibatches per epoch")
+    t.add_argument("--symmetric", action="store_true", default=None,
+                   help="ppo: a mirror-symmetric policy and critic, for a task with a mirror "
+                   "image (go1_joystick)")  # fmt: skip
     t.add_argument("--entropy-coef", type=float)
     t.add_argument("--init-log-std", type=float, metavar="L",
                    help="ppo: the policy's initial log standard deviation (default -0.5); "
@@ -216,6 +251,17 @@ def add(sub: Any, positive: Any, impls: tuple[str, ...], impl_help: str, default
     p.add_argument("--impl", choices=impls, help="default: the run's")
     p.add_argument("--video", metavar="FILE", help="write an .mp4 or .gif of --video-worlds")
     p.add_argument("--video-worlds", type=int, nargs="+", default=[0], metavar="W")
+    p.add_argument("--command", type=float, nargs=3, action="append", metavar=("VX", "VY", "YAW"),
+                   help="a joystick task's command, fixed (given again: the next command, "
+                   "after --command-every steps); prints the base's velocity per command "
+                   "and the share of falls")  # fmt: skip
+    p.add_argument(
+        "--command-every",
+        type=positive,
+        default=250,
+        metavar="STEPS",
+        help="control steps each --command is held (default 250: 5 s at 50 Hz)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_play)
 

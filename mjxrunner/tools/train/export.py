@@ -58,12 +58,14 @@ def policy_graph(env: E.Env, record: dict, params: dict, obs_norm: Any):
     """The policy as ONNX (observation normalizer and action clipping inside)."""
     layout, size = record["observation"]["layout"], record["observation"]["size"]
     spec = env.observation_spec
+    symmetric = record["config"].get("symmetric", False)  # absent from older runs
+    symmetry = ppo.symmetry_of(env.task, spec) if symmetric else None
 
     def policy(obs: jax.Array) -> jax.Array:
         terms = _terms(layout, obs[0], spec)
         if obs_norm is not None:
             terms = normalize.apply(env.normalize, obs_norm, terms)
-        return ppo.act(params, terms, env.low, env.high)[None]
+        return ppo.act(params, terms, env.low, env.high, symmetry)[None]
 
     arg = jax.ShapeDtypeStruct((1, size), jnp.float32)
     return onnx_graph.to_onnx(policy, [arg], ["obs"], ["action"], f"{env.task.name}_policy")

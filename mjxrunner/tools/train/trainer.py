@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from mjxrunner import tasks
-from mjxrunner.engine import cpu_fusion
+from mjxrunner.engine import cpu_fusion, cpu_pool
 from mjxrunner.tools.train import ppo, run_dir
 
 
@@ -159,7 +159,12 @@ def train(
     wandb: str | None = None,
     progress: bool = True,
 ) -> dict:
-    """Trains a new run into ``out`` (which must not hold one); returns its record."""
+    """Trains a new run into ``out`` (which must not hold one); returns its record.
+
+    Called before JAX has run anything in the process (``mjxrunner train``), it gives
+    XLA's CPU pool a thread per CPU (:func:`mjxrunner.engine.cpu_pool.widen`): the
+    updates are matrix products."""
+    cpu_pool.widen()
     out = run_dir.refuse_existing(out)
     tasks.get(config.task)  # an unknown task is refused before anything is written
     parts = ppo.make_parts(config)
@@ -177,7 +182,9 @@ def resume(
     wandb: str | None = None,
     progress: bool = True,
 ) -> dict:
-    """Continues the run in ``folder`` from its last checkpoint to its planned updates."""
+    """Continues the run in ``folder`` from its last checkpoint to its planned updates
+    (XLA's pool as :func:`train` sizes it)."""
+    cpu_pool.widen()
     record = run_dir.load_record(folder, trainer="ppo")
     config = config_of(record)
     parts = ppo.make_parts(config)
