@@ -53,6 +53,17 @@ def test_the_cpu_scene_has_cheap_contacts_rotor_armature_and_pd_servos():
 def test_mjx_refuses_the_pgs_scene_by_name():
     with pytest.raises(ValueError, match="PGS solver, which MJX \\(impl 'jax'\\)"):
         MultiEnvRunner("go1_cpu", num_envs=2, impl="jax")
+    assert models.info("go1_cpu").impls == ("c",)
+    assert models.info("go1").impls == ("jax", "warp", "c")
+
+
+def test_the_gymnasium_id_of_the_cpu_task_defaults_to_impl_c():
+    import gymnasium
+
+    envs = gymnasium.make_vec("mjxrunner/Go1Joystick-v0", num_envs=2,
+                              vectorization_mode="vector_entry_point", num_threads=1)  # fmt: skip
+    assert envs.env.impl == "c"
+    envs.close()
 
 
 # --- the mirror image ------------------------------------------------------------------

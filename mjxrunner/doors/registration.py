@@ -11,7 +11,8 @@ observation change. Each id has only a ``vector_entry_point``
 
 Keyword arguments of ``make_vec`` reach :class:`~mjxrunner.gym.MjxVectorEnv`. A
 task with pixel observations (``Task.pixels``) defaults to ``impl="warp"``, the
-only impl MJX renders with.
+only impl MJX renders with; a task on a scene MJX cannot run
+(``ModelInfo.impls``, e.g. ``go1_joystick`` on ``go1_cpu``) to ``impl="c"``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import gymnasium
 
 from mjxrunner import tasks
+from mjxrunner.engine import models
 
 NAMESPACE = "mjxrunner"
 VERSION = 0
@@ -38,6 +40,10 @@ def register(task_name: str, version: int = VERSION) -> str:
     kwargs = {"task": task_name}
     if task.pixels is not None:
         kwargs["impl"] = "warp"  # MJX renders only with MuJoCo Warp
+    elif isinstance(task.model, str) and task.model in models.list():
+        impls = models.info(task.model).impls
+        if "jax" not in impls:
+            kwargs["impl"] = impls[0]  # a scene MJX cannot run (go1_joystick: impl "c")
     if env_id not in gymnasium.registry:
         gymnasium.register(env_id, vector_entry_point="mjxrunner.gym:MjxVectorEnv", kwargs=kwargs)
     return env_id

@@ -41,6 +41,9 @@ class ModelInfo:
         joints, actuators, sensors and keyframes with other geoms, so that scene's
         tasks run on it (``mjxrunner.env.make(task, n, model=name)``) and the two
         can be groups of one heterogeneous runner or env.
+      impls: the impls that run the scene (``("c",)`` for one MJX cannot, such as a
+        scene on MuJoCo's PGS solver); a Gymnasium id of a task on it defaults to
+        the first.
 
     The two capacities are the sizes MJX's jax impl preallocates for the scene, which
     are upper bounds (every candidate geom pair at its most contacts, every limit
@@ -56,6 +59,7 @@ class ModelInfo:
     keyframe: str
     camera: str
     variant_of: str | None = None
+    impls: tuple[str, ...] = ("jax", "warp", "c")
 
 
 _INFO = {
@@ -115,6 +119,7 @@ _INFO = {
             njmax=28,
             keyframe="home",
             camera="track",
+            impls=("c",),
         ),
         ModelInfo(
             "hopper",
