@@ -411,3 +411,34 @@ def test_force_host_devices_after_jax_started_only_checks():
     assert os.environ.get("XLA_FLAGS") == before
     with pytest.raises(ValueError, match="host devices"):
         backend.force_host_devices(0)
+
+
+# --- the Go1 walking check and the training loop against the physics --------------------
+
+
+def test_the_walking_check_fails_what_misses_a_target():
+    walk = load_benchmark("go1_walk")
+
+    def tracking(fast, half, turn, still):
+        return [{"command": c, "achieved": a}
+                for c, a in zip(walk.COMMANDS, (fast, half, turn, still), strict=True)]  # fmt: skip
+
+    good = tracking([0.9, 0, 0], [0.55, 0, 0], [0, 0, 0.8], [0.05, 0.05, 0])
+    assert all(walk.checks(good, 0.0, 500.0).values())
+    bad = walk.checks(tracking([0.7, 0, 0], [0.3, 0, 0], [0, 0, 0.7], [0.1, 0.1, 0]), 0.1, 700)
+    assert not any(bad.values()) and len(bad) == 6
+    assert "<= 10 minutes on the CPU" not in walk.checks(good, 0.0, None)  # not measured
+
+
+def test_the_training_throughput_script_prints_both_rates(capsys):
+    import benchmarks.train_throughput as tt
+
+    args = ["--task", "cartpole_balance", "--num-envs", "8", "--rollout-steps", "4",
+            "--hidden", "8", "--chunk", "1", "--rounds", "1", "--json"]  # fmt: skip
+    assert tt.main(args) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["physics_env_steps_per_s"] > 0 and result["training_env_steps_per_s"] > 0
+    assert result["ratio"] == pytest.approx(
+        result["training_env_steps_per_s"] / result["physics_env_steps_per_s"], rel=1e-2
+    )
+    assert result["backend"]["impl"] == "c" and result["substeps"] == 1
