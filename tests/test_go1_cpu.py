@@ -70,7 +70,7 @@ def test_the_gymnasium_id_of_the_cpu_task_defaults_to_impl_c():
 
 
 def mirrored_state(qpos, qvel, flip=ROBOT.mirror):
-    """A Go1 state reflected across its sagittal plane (the world's xz plane)."""
+    """A robot state (free base first) reflected across the world's xz plane."""
     q, v = np.array(qpos, np.float64), np.array(qvel, np.float64)
     q[1] *= -1  # y
     q[3:7] *= [1, -1, 1, -1]  # a reflected rotation: its x and z parts change sign
@@ -81,18 +81,19 @@ def mirrored_state(qpos, qvel, flip=ROBOT.mirror):
     return q, v
 
 
-def mirror_gap(flip, steps=40):
-    """How far the image of a Go1 run and the run of its image part: ``(qpos, qvel)``
-    largest differences after ``steps`` steps under random controls and their images."""
-    m = models.load("go1_cpu")
+def mirror_gap(flip, scene="go1_cpu", size=0.1, steps=40):
+    """How far the image of a robot's run and the run of its image part: ``(qpos,
+    qvel)`` largest differences after ``steps`` steps from its keyframe moved by up to
+    ``size``, under random controls (up to twice that) and their images."""
+    m = models.load(scene)
     rng = np.random.default_rng(0)
     a, b = mujoco.MjData(m), mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, a, 0)
-    a.qpos[7:] += rng.uniform(-0.1, 0.1, 12)
-    a.qvel[:] = rng.normal(0, 0.2, m.nv)
+    a.qpos[7:] += rng.uniform(-size, size, m.nu)
+    a.qvel[:] = rng.normal(0, 2 * size, m.nv)
     b.qpos[:], b.qvel[:] = mirrored_state(a.qpos, a.qvel, flip)
     for _ in range(steps):
-        ctrl = rng.uniform(-0.2, 0.2, 12)
+        ctrl = rng.uniform(-2 * size, 2 * size, m.nu)
         a.ctrl[:], b.ctrl[:] = ctrl, ctrl[list(flip.perm)] * flip.sign
         mujoco.mj_step(m, a)
         mujoco.mj_step(m, b)
@@ -110,6 +111,18 @@ def test_the_joint_map_is_the_go1s_own_symmetry():
     assert dq < 0.01 and dv < 0.1
     unsigned = Flip(ROBOT.mirror.perm, (1.0,) * 12)
     assert mirror_gap(unsigned)[0] > 0.1
+
+
+def test_the_g1_is_its_own_mirror_image_too():
+    """The G1's map (legs, waist, arms): 5e-4 in qpos after 40 steps, 0.15 unsigned;
+    its standing pose is its own image, so the joint-position terms mirror exactly."""
+    flip = joystick.G1.mirror
+    dq, _ = mirror_gap(flip, "g1", size=0.05)
+    assert dq < 5e-3
+    assert mirror_gap(Flip(flip.perm, (1.0,) * 29), "g1", size=0.05)[0] > 0.05
+    q0 = models.load("g1").key("stand").qpos[7:]
+    np.testing.assert_array_equal(q0[list(flip.perm)] * flip.sign, q0)
+    assert tasks.get("g1_joystick").mirror == joystick.mirror_of(flip, gait=False)
 
 
 def test_the_observation_of_the_image_is_the_image_of_the_observation():

@@ -6,7 +6,8 @@ on the scenes of :mod:`mjxrunner.engine.robots` (the ``robots`` extra);
 physics steps of 5 ms a control step), its robot has a gait clock (a 2 Hz trot,
 observed as the term ``gait`` and rewarded by :data:`GAIT_WEIGHTS`) and a mirror
 image (``Task.mirror``, for symmetric policies); ``go1_joystick_mjx`` is the same task
-on the scene ``go1``, which MJX runs (Newton, elliptic cones, 5 steps of 4 ms); and
+on the scene ``go1``, which MJX runs (Newton, elliptic cones, 5 steps of 4 ms); the
+G1 has its mirror image too (``g1_joystick``: no gait clock yet); and
 ``go1_joystick_rough``: the Go1 on the kit's tiled terrain (:data:`GO1_TERRAIN`)
 with its level curriculum, as :mod:`.locomotion` runs the ant's (each world keeps
 its column and moves up a level when it walked past half a tile, down when it
@@ -203,6 +204,19 @@ GO1_CPU = dataclasses.replace(
 """The Go1 as ``go1_joystick`` trains it on a CPU: the scene ``go1_cpu``
 (:mod:`mjxrunner.engine.robots`), a 2 Hz trot clock, one episode in ten commanded to
 stand, and its mirror image."""
+
+
+def _g1_mirror() -> Flip:
+    """The G1's joints mirrored: legs (hip pitch, roll, yaw, knee, ankle pitch, roll),
+    waist (yaw, roll, pitch) and arms (shoulder pitch, roll, yaw, elbow, wrist roll,
+    pitch, yaw), left before right; right and left swap, and a joint about the forward
+    (roll) or vertical (yaw) axis changes sign."""
+    leg, waist, arm = (1, -1, -1, 1, 1, -1), (-1, -1, 1), (1, -1, -1, 1, -1, 1, -1)
+    legs, arms = list(range(6)), list(range(15, 22))
+    perm = [i + 6 for i in legs] + legs + [12, 13, 14] + [i + 7 for i in arms] + arms
+    return Flip(perm=tuple(perm), sign=leg + leg + waist + arm + arm)
+
+
 G1 = Legged(
     "g1",
     "stand",
@@ -211,6 +225,7 @@ G1 = Legged(
     min_height=0.5,
     contact_height=0.04,
     commands=Commands(vx=(-0.6, 1.0), vy=(-0.5, 0.5), yaw=(-0.8, 0.8)),
+    mirror=_g1_mirror(),
 )
 
 
