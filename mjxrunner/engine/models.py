@@ -21,6 +21,9 @@ import numpy as np
 
 from mjxrunner.engine import robots
 
+ALL_IMPLS = ("jax", "warp", "c")
+"""The impls a scene runs on unless its :class:`ModelInfo` says otherwise."""
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
@@ -59,7 +62,7 @@ class ModelInfo:
     keyframe: str
     camera: str
     variant_of: str | None = None
-    impls: tuple[str, ...] = ("jax", "warp", "c")
+    impls: tuple[str, ...] = ALL_IMPLS
 
 
 _INFO = {
@@ -230,6 +233,13 @@ def info(name: str) -> ModelInfo:
     if name not in _INFO:
         raise ValueError(f"model {name!r} has no registry entry in mjxrunner.models")
     return _INFO[name]
+
+
+def impls(name: str) -> tuple[str, ...]:
+    """The impls that run scene ``name`` (``ModelInfo.impls``; every impl for a name
+    the registry does not describe). Reads no file: a robot's scene is not written,
+    nor its assets package imported, so it is safe at import time."""
+    return _INFO[name].impls if name in _INFO else ALL_IMPLS
 
 
 def load(name: str) -> mujoco.MjModel:
