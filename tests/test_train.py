@@ -314,7 +314,8 @@ def test_play_holds_given_commands_and_measures_the_base_against_them(go1_export
     ("commands", "every", "error", "message"),
     [
         ([[np.nan, 0, 0]], 10, ValueError, "commands must be finite"),
-        ([[0.5, 0, 0]], 0, ValueError, "command_every must be an int >= 1"),
+        ([[0.5, 0, 0]], 0, ValueError, "command_every must be >= 1, got 0"),
+        ([[0.5, 0, 0]], 2.5, TypeError, "command_every must be an int, got float"),
         ([[0.5, 0]], 10, ValueError, r"takes commands of shape \(3,\), got \(2,\)"),
     ],
 )

@@ -497,9 +497,7 @@ carry the robot that far off its tile. A world that walks off the grid falls and
 its episode ends."""
 
 GO1_JOYSTICK = joystick_task("go1_joystick", GO1_CPU, substeps=4)
-GO1_JOYSTICK_MJX = joystick_task(
-    "go1_joystick_mjx", dataclasses.replace(GO1_CPU, scene="go1", commands=GO1_CPU.commands)
-)
+GO1_JOYSTICK_MJX = joystick_task("go1_joystick_mjx", dataclasses.replace(GO1_CPU, scene="go1"))
 G1_JOYSTICK = joystick_task("g1_joystick", G1)
 GO1_JOYSTICK_ROUGH = joystick_task("go1_joystick_rough", GO1, ground=GO1_TERRAIN)
 

@@ -362,8 +362,6 @@ def velocity_task(
     def ground_now() -> terrain.Terrain | None:
         return None if ground is None else _terrain(ground)[1]
 
-    draw_command = commands.draw
-
     def observation(model: mjx.Model, data: mjx.Data, info: dict) -> dict:
         del model
         return observe(data, info)  # the keyframe's joints are at 0
@@ -394,7 +392,7 @@ def velocity_task(
         dtype = data.qpos.dtype
         zero = jnp.zeros((), dtype)
         return {
-            "command": draw_command(key, dtype),
+            "command": commands.draw(key, dtype),
             "last_action": jnp.zeros(model.nu, dtype),
             "steps": jnp.zeros((), jnp.int32),
             "metrics": {"lin_vel_error": zero, "yaw_rate_error": zero},
@@ -406,7 +404,7 @@ def velocity_task(
         steps = info["steps"] + 1
         command = info["command"]
         if resample_steps:
-            fresh = draw_command(key, command.dtype)
+            fresh = commands.draw(key, command.dtype)
             command = jnp.where(steps % resample_steps == 0, fresh, command)
         return {
             "command": command,

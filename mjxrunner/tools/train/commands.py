@@ -76,8 +76,6 @@ def _train(args: argparse.Namespace) -> int:
         tasks.get(args.task)
         name = args.trainer or "ppo"
         if name == "ppo":  # the task's suggested settings, where no option is given
-            from mjxrunner.tools.train import ppo
-
             taken = {k: v for k, v in ppo.SUGGESTED.get(args.task, {}).items()
                      if getattr(args, k) is None}  # fmt: skip
             for k, v in taken.items():

@@ -31,8 +31,10 @@ import mujoco
 import numpy as np
 
 from mjxrunner import tasks
+from mjxrunner.engine import checks
 from mjxrunner.kit import observations
 from mjxrunner.rl import env as E
+from mjxrunner.tasks.locomotion import base_velocity
 from mjxrunner.tools.train import TRAINERS, ppo, run_dir, trainer
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
@@ -146,8 +148,6 @@ def commanded(task: Any, commands: np.ndarray, every: int) -> Any:
 
 def _base_velocity(data: Any) -> np.ndarray:
     """``(num_envs, 3)`` each world's base ``(vx, vy, yaw rate)`` in its own frame."""
-    from mjxrunner.tasks.locomotion import base_velocity
-
     lin, ang = jax.vmap(base_velocity)(data)
     return np.concatenate([np.asarray(lin[:, :2]), np.asarray(ang[:, 2:3])], axis=1)
 
@@ -195,9 +195,7 @@ def play(
         commands = np.atleast_2d(np.asarray(commands, np.float64))
         if commands.ndim != 2 or not np.isfinite(commands).all() or not commands.size:
             raise ValueError(f"commands must be finite rows of a command, got {commands!r}")
-        every = command_every
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"command_every must be an int >= 1, got {command_every!r}")
+        checks.count(command_every, "command_every")
     if video is not None and Path(video).suffix.lower() not in VIDEO_SUFFIXES:
         raise ValueError(f"video must end in one of {VIDEO_SUFFIXES}, got {str(video)!r}")
     if episodes < 1:
