@@ -64,7 +64,7 @@ def run(task: str, impl: str, num_envs: int, cache: str, mode: str) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", default="g1_joystick")
+    p.add_argument("--task", default="g1_joystick_mjx")
     p.add_argument("--impl", default="jax")
     p.add_argument("--num-envs", type=int, default=64)
     args = p.parse_args()

@@ -31,7 +31,7 @@ from mjxrunner.tasks import joystick
 STEPS = 40
 # MJX's jax impl leaves MuJoCo once the G1's feet move (tests/test_robots.py): it
 # stands there; everything else follows a 0.1 rad target wave
-AMPLITUDE = {("g1_joystick", "jax"): 0.0}
+AMPLITUDE = {("g1_joystick_mjx", "jax"): 0.0}
 
 
 def run(task, impl, amplitude):
@@ -71,7 +71,7 @@ def run(task, impl, amplitude):
     return np.stack(qpos), np.stack(rewards), seconds, checks
 
 
-RUNS = {impl: (joystick.G1_JOYSTICK, joystick.GO1_JOYSTICK_ROUGH) for impl in ("warp", "jax")}
+RUNS = {impl: (joystick.G1_JOYSTICK_MJX, joystick.GO1_JOYSTICK_ROUGH) for impl in ("warp", "jax")}
 
 
 def main(out):

@@ -417,17 +417,28 @@ def test_force_host_devices_after_jax_started_only_checks():
 
 
 def test_the_walking_check_fails_what_misses_a_target():
-    walk = load_benchmark("go1_walk")
+    walk = load_benchmark("walk")
 
-    def tracking(fast, half, turn, still):
-        return [{"command": c, "achieved": a}
-                for c, a in zip(walk.COMMANDS, (fast, half, turn, still), strict=True)]  # fmt: skip
+    def tracking(task, *achieved):
+        commands = walk.TARGETS[task][0]
+        return [{"command": c, "achieved": a} for c, a in zip(commands, achieved, strict=True)]
 
-    good = tracking([0.9, 0, 0], [0.55, 0, 0], [0, 0, 0.8], [0.05, 0.05, 0])
-    assert all(walk.checks(good, 0.0, 500.0).values())
-    bad = walk.checks(tracking([0.7, 0, 0], [0.3, 0, 0], [0, 0, 0.7], [0.1, 0.1, 0]), 0.1, 700)
+    good = tracking("go1_joystick", [0.9, 0, 0], [0.55, 0, 0], [0, 0, 0.8], [0.05, 0.05, 0])
+    assert all(walk.checks("go1_joystick", good, 0.0, 500.0).values())
+    bad = tracking("go1_joystick", [0.7, 0, 0], [0.3, 0, 0], [0, 0, 0.7], [0.1, 0.1, 0])
+    bad = walk.checks("go1_joystick", bad, 0.1, 700)
     assert not any(bad.values()) and len(bad) == 6
-    assert "<= 10 minutes on the CPU" not in walk.checks(good, 0.0, None)  # not measured
+    assert "<= 10 minutes on the CPU" not in walk.checks("go1_joystick", good, 0.0, None)
+    # the G1: forward 0.5 and standing checked, its turn only printed; an hour allowed
+    g1 = tracking("g1_joystick", [0.42, 0, 0], [0, 0, 0.0], [0.05, 0, 0])
+    assert walk.checks("g1_joystick", g1, 0.03, 3000.0) == {
+        "forward 0.5 m/s: within 0.15": True,
+        "standing: < 0.1 m/s": True,
+        "falls < 5 %": True,
+        "<= 60 minutes on the CPU": True,
+    }
+    slow = tracking("g1_joystick", [0.3, 0, 0], [0, 0, 0.5], [0.2, 0, 0])
+    assert not any(walk.checks("g1_joystick", slow, 0.05, 3700.0).values())
 
 
 def test_the_training_throughput_script_prints_both_rates(capsys):

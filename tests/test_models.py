@@ -22,6 +22,7 @@ SCENES = [
     "ant",
     "cartpole",
     "g1",
+    "g1_cpu",
     "go1",
     "go1_cpu",
     "hopper",
@@ -33,7 +34,8 @@ SCENES = [
     "reacher",
 ]
 CONTACT_SCENES = ["ant", "g1", "go1", "hopper", "humanoid", "puck", "puck_blocks", "puck_steps"]
-# go1_cpu is not among them: a scene for impl "c" (PGS, pyramidal cones), not for MJX
+# go1_cpu and g1_cpu are not among them: scenes for impl "c" (PGS, pyramidal cones),
+# not for MJX
 
 
 # --- registry -------------------------------------------------------------------------

@@ -122,8 +122,8 @@ def launch_mjx_job(out):
 # standing on a flat tile, one per prism touched) and both MJX impls measured
 # 0.028 in qpos, 2.7e-3 from the keyframe with zero targets.
 MJX_TASK_ATOL = {
-    "g1_joystick": PARITY_ATOL,
-    ("g1_joystick", "jax"): 0.1,
+    "g1_joystick_mjx": PARITY_ATOL,
+    ("g1_joystick_mjx", "jax"): 0.1,
     "go1_joystick_rough": 0.05,
 }
 
@@ -138,7 +138,7 @@ def test_joystick_tasks_on_mjx():
     assert returncode == 0, log[-4000:]
     results = json.loads((out / "result.json").read_text())
     for impl in ("warp", "jax"):
-        assert set(results[impl]) == {"g1_joystick", "go1_joystick_rough"}
+        assert set(results[impl]) == {"g1_joystick_mjx", "go1_joystick_rough"}
     terms = sorted(joystick.TERMS)
     for impl, runs in results.items():
         for name, r in runs.items():  # the Go1's through Gymnasium, the G1's through torch
@@ -154,9 +154,9 @@ def test_joystick_tasks_on_mjx():
 @pytest.fixture(scope="module", params=sorted(ROBOTS))
 def joystick_env(request):
     name = request.param
-    # go1_joystick trains the Go1 on its CPU scene, with a gait clock (tests/test_go1_cpu.py)
+    # go1_joystick trains the Go1 on its CPU scene, with a gait clock (tests/test_cpu_robots.py)
     task, robot = {"go1": (joystick.GO1_JOYSTICK, joystick.GO1_CPU),
-                   "g1": (joystick.G1_JOYSTICK, joystick.G1)}[name]  # fmt: skip
+                   "g1": (joystick.G1_JOYSTICK, joystick.G1_CPU)}[name]  # fmt: skip
     env = E.make(task, 4, impl="c", num_threads=1, latency=joystick.LATENCY, pushes=joystick.PUSHES)
     return robot, task, env.with_randomization(joystick.randomization(robot))
 
@@ -213,8 +213,9 @@ def test_a_joystick_task_through_gymnasium_and_torch():
     door = TorchVecEnv("g1_joystick", 2, seed=0, impl="c", num_threads=1)
     obs, _ = door.reset()
     assert all(v.shape[0] == 2 for v in obs.values())
-    obs, reward, terminated, _, _ = door.step(torch.zeros((2, 29)))
-    assert set(obs) == set(joystick.TERMS) and reward.shape == (2,) and not terminated.any()
+    obs, reward, terminated, _, _ = door.step(torch.zeros((2, 12)))
+    assert set(obs) == {*joystick.TERMS, "gait"} and reward.shape == (2,)
+    assert not terminated.any()
     assert torch.isfinite(reward).all()
 
 

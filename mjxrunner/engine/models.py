@@ -105,6 +105,17 @@ _INFO = {
             camera="track",
         ),
         ModelInfo(
+            "g1_cpu",
+            "the G1 as a CPU trains it: 12 leg servos, waist and arms fixed, PGS, "
+            "pyramidal cones (impl c only)",
+            contacts=True,
+            naconmax_per_world=8,
+            njmax=44,
+            keyframe="stand",
+            camera="track",
+            impls=("c",),
+        ),
+        ModelInfo(
             "go1",
             "Unitree Go1 quadruped (Menagerie), 12 position actuators, feet on a floor",
             contacts=True,

