@@ -278,8 +278,8 @@ start from either leg (Menagerie's ``stand`` has them straight)."""
 
 def _g1_cpu(spec: mujoco.MjSpec) -> None:
     """The G1 as a CPU trains it: its 12 leg joints actuated and the waist and arms
-    fixed (their joints removed, the arms hanging), as Unitree's own 12-joint G1
-    trains; :func:`_cpu_contacts`; servos of :data:`G1_KP` and :data:`G1_KD` (the
+    fixed at their joints' zero (upper arms down, elbows bent square), as Unitree's
+    12-joint G1 trains; :func:`_cpu_contacts`; servos of :data:`G1_KP` and :data:`G1_KD` (the
     damping integrated by ``implicitfast``), Menagerie's armature and force limits,
     no passive joint damping or friction loss; a keyframe ``stand`` on bent knees
     (:data:`G1_STANCE`) with the feet on the floor."""

@@ -6,8 +6,11 @@ on the scenes of :mod:`mjxrunner.engine.robots` (the ``robots`` extra);
 physics steps of 5 ms a control step), its robot has a gait clock (a 2 Hz trot,
 observed as the term ``gait`` and rewarded by :data:`GAIT_WEIGHTS`) and a mirror
 image (``Task.mirror``, for symmetric policies); ``go1_joystick_mjx`` is the same task
-on the scene ``go1``, which MJX runs (Newton, elliptic cones, 5 steps of 4 ms); the
-G1 has its mirror image too (``g1_joystick``: no gait clock yet); and
+on the scene ``go1``, which MJX runs (Newton, elliptic cones, 5 steps of 4 ms);
+``g1_joystick`` trains the G1 on a CPU the same way: its scene is ``g1_cpu`` (12 leg
+servos, waist and arms fixed, PGS), its clock a 1.25 Hz walk (the feet half a cycle
+apart), with its legs' mirror image; ``g1_joystick_mjx`` is the 29-servo G1 on the
+scene ``g1`` for MJX (its mirror image, no clock); and
 ``go1_joystick_rough``: the Go1 on the kit's tiled terrain (:data:`GO1_TERRAIN`)
 with its level curriculum, as :mod:`.locomotion` runs the ant's (each world keeps
 its column and moves up a level when it walked past half a tile, down when it
