@@ -302,20 +302,28 @@ def test_train_refuses_a_symmetric_policy_for_a_task_without_a_mirror(tmp_path, 
     assert not (out / "run.json").exists()  # nothing written for a refused run
 
 
-def test_train_takes_a_tasks_suggested_settings_where_no_option_is_given(
-    tmp_path, monkeypatch, capsys
-):
-    from mjxrunner.tools import cli
+def configs_given(monkeypatch) -> dict:
+    """The trainer replaced by one that keeps the config it was given (in the dict
+    returned, under ``"config"``) and trains nothing."""
     from mjxrunner.tools.train import trainer
 
     seen = {}
 
-    def train(config, out, **kwargs):  # the trainer itself, not run: what it was given
+    def train(config, out, **kwargs):
         seen["config"] = config
         return {"task": config.task, "updates_done": 0, "env_steps_done": 0,
                 "config": {"num_updates": config.num_updates}}  # fmt: skip
 
     monkeypatch.setattr(trainer, "train", train)
+    return seen
+
+
+def test_train_takes_a_tasks_suggested_settings_where_no_option_is_given(
+    tmp_path, monkeypatch, capsys
+):
+    from mjxrunner.tools import cli
+
+    seen = configs_given(monkeypatch)
     cli.main(["train", "go1_joystick", "--out", str(tmp_path / "run"), "--num-envs", "8"])
     config, suggested = seen["config"], ppo.SUGGESTED["go1_joystick"]
     assert config.num_envs == 8  # given: kept
@@ -404,16 +412,8 @@ def test_the_g1_clock_walks_one_foot_at_a_time():
 
 def test_train_takes_the_g1s_suggested_settings(tmp_path, monkeypatch):
     from mjxrunner.tools import cli
-    from mjxrunner.tools.train import trainer
 
-    seen = {}
-
-    def train(config, out, **kwargs):  # the trainer itself, not run: what it was given
-        seen["config"] = config
-        return {"task": config.task, "updates_done": 0, "env_steps_done": 0,
-                "config": {"num_updates": config.num_updates}}  # fmt: skip
-
-    monkeypatch.setattr(trainer, "train", train)
+    seen = configs_given(monkeypatch)
     cli.main(["train", "g1_joystick", "--out", str(tmp_path / "run")])
     config, suggested = seen["config"], ppo.SUGGESTED["g1_joystick"]
     assert config.symmetric and config.normalize_obs and config.impl == "c"
