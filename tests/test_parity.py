@@ -93,7 +93,8 @@ def test_every_model_has_a_parity_case():
         return models.info(name).variant_of or name
 
     robots = set(test_robots.ROBOTS)  # their parity runs in tests/test_robots.py
-    robots.add("go1_cpu")  # impl "c" only (PGS): tests/test_native.py holds it to mj_step
+    # impl "c" only (PGS): test_native.py holds every scene, these too, to mj_step
+    robots |= {"go1_cpu", "g1_cpu"}
     assert {family(n) for n in CASES} | robots == {family(n) for n in models.list()}
 
 
