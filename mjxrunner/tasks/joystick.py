@@ -209,12 +209,17 @@ GO1_CPU = dataclasses.replace(
 stand, and its mirror image."""
 
 
+G1_LEG_SIGNS = (1.0, -1.0, -1.0, 1.0, 1.0, -1.0)
+"""A G1 leg's joints (hip pitch, roll, yaw, knee, ankle pitch, roll) in the mirror
+image: a joint about the forward (roll) or vertical (yaw) axis changes sign."""
+
+
 def _g1_mirror() -> Flip:
     """The G1's joints mirrored: legs (hip pitch, roll, yaw, knee, ankle pitch, roll),
     waist (yaw, roll, pitch) and arms (shoulder pitch, roll, yaw, elbow, wrist roll,
     pitch, yaw), left before right; right and left swap, and a joint about the forward
     (roll) or vertical (yaw) axis changes sign."""
-    leg, waist, arm = (1, -1, -1, 1, 1, -1), (-1, -1, 1), (1, -1, -1, 1, -1, 1, -1)
+    leg, waist, arm = G1_LEG_SIGNS, (-1, -1, 1), (1, -1, -1, 1, -1, 1, -1)
     legs, arms = list(range(6)), list(range(15, 22))
     perm = [i + 6 for i in legs] + legs + [12, 13, 14] + [i + 7 for i in arms] + arms
     return Flip(perm=tuple(perm), sign=leg + leg + waist + arm + arm)
@@ -241,8 +246,7 @@ G1_CPU = Legged(
     contact_height=0.04,
     commands=Commands(vx=(-0.5, 1.0), vy=(-0.3, 0.3), yaw=(-0.6, 0.6), standing=0.1),
     gait=Gait(frequency=1.25, offsets=(0.0, 0.5), swing_height=0.08),  # left, right
-    # legs (hip pitch, roll, yaw, knee, ankle pitch, roll), left before right
-    mirror=Flip(perm=(*range(6, 12), *range(6)), sign=(1.0, -1.0, -1.0, 1.0, 1.0, -1.0) * 2),
+    mirror=Flip(perm=(*range(6, 12), *range(6)), sign=G1_LEG_SIGNS * 2),  # left legs first
 )
 """The G1 as ``g1_joystick`` trains it on a CPU: the scene ``g1_cpu`` (12 leg servos,
 waist and arms fixed; :mod:`mjxrunner.engine.robots`), a 1.25 Hz walking clock (the
