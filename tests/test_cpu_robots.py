@@ -408,6 +408,22 @@ def test_the_g1_clock_walks_one_foot_at_a_time():
     assert env.action_size == 12 and state.obs["gait"].shape == (2, 2)
     assert models.impls("g1_cpu") == ("c",) and tasks.for_model("g1_cpu") == (G1_TASK,)
     assert tasks.get("g1_joystick_mjx").model == "g1" and tasks.get("g1_joystick").model == "g1_cpu"
+    # the command is drawn anew every 5 s (250 control steps), the steps counted per episode
+    world = jax.tree.map(lambda x: x[0], state.info)
+    assert int(world["steps"]) == 0
+    model, data = models.load("g1_cpu"), jax.tree.map(lambda x: x[0], state.runner.data)
+    action = jnp.zeros(12)
+
+    def after(steps, key):
+        info = {**world, "steps": jnp.int32(steps)}
+        return G1_TASK.update_info(model, data, action, data, info, jax.random.key(key))
+
+    np.testing.assert_array_equal(after(248, 1)["command"], world["command"])
+    drawn = [after(249, k) for k in range(8)]
+    assert all(int(d["steps"]) == 250 for d in drawn)
+    assert sum(not np.allclose(d["command"], world["command"]) for d in drawn) >= 6
+    with pytest.raises(ValueError, match="resample_steps must be >= 0"):
+        joystick.joystick_task("bad", G1_ROBOT, resample_steps=-1)
 
 
 def test_train_takes_the_g1s_suggested_settings(tmp_path, monkeypatch):

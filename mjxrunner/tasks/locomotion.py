@@ -49,7 +49,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import events, models
+from mjxrunner.engine import checks, events, models
 from mjxrunner.kit import terrain
 from mjxrunner.kit.observations import Noise, ObsConfig
 from mjxrunner.tasks.base import Task
@@ -111,6 +111,14 @@ class Commands:
         k_draw, k_stand = jax.random.split(key)
         command = jax.random.uniform(k_draw, (3,), dtype, low, high)
         return jnp.where(jax.random.uniform(k_stand) < self.standing, 0.0, command).astype(dtype)
+
+    def redraw(self, command: jax.Array, steps: jax.Array, every: int, key: jax.Array) -> jax.Array:
+        """``command`` after the episode's ``steps``-th step: drawn anew every ``every``
+        steps (never if ``every`` is 0), so a policy learns the changes of command it
+        will be given, not one command an episode."""
+        if not every:
+            return command
+        return jnp.where(steps % every == 0, self.draw(key, command.dtype), command)
 
 
 TRACKING_SIGMA = 0.25
@@ -354,10 +362,7 @@ def velocity_task(
             raise ValueError(f"Commands.{field} must be finite (low, high), got {(lo, hi)}")
     if not 0.0 <= commands.standing <= 1.0:
         raise ValueError(f"Commands.standing must be in [0, 1], got {commands.standing}")
-    if isinstance(resample_steps, bool) or not isinstance(resample_steps, int):
-        raise TypeError(f"resample_steps must be an int, got {resample_steps!r}")
-    if resample_steps < 0:
-        raise ValueError(f"resample_steps must be >= 0, got {resample_steps}")
+    checks.count(resample_steps, "resample_steps", minimum=0)
 
     def ground_now() -> terrain.Terrain | None:
         return None if ground is None else _terrain(ground)[1]
@@ -402,10 +407,7 @@ def velocity_task(
         del model, data
         lin_err, yaw_err = tracking_errors(next_data, info["command"])
         steps = info["steps"] + 1
-        command = info["command"]
-        if resample_steps:
-            fresh = commands.draw(key, command.dtype)
-            command = jnp.where(steps % resample_steps == 0, fresh, command)
+        command = commands.redraw(info["command"], steps, resample_steps, key)
         return {
             "command": command,
             "last_action": action.astype(command.dtype),
