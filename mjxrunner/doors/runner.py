@@ -239,7 +239,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         """The current state's layout and buffers (packing the pytree if needed)."""
         if self._buffers is None:
             state = self._on_device(self._frame.state)
-            apart = native.written_leaves(state) if self.impl == "c" else ()
+            apart = self._frame.config.backend.physics.written_leaves(state)
             leaves, layout, new = jax.tree.leaves(state), Layout.of(state, apart=apart), False
             if layout != self._layout_of_state:
                 self._layout_of_state, self._advancers = layout, {}
@@ -255,7 +255,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         model = self._frame.model
         if self._model_pack is None or self._model_pack[0] is not model:
             placed = self._on_device(model)
-            first = native.param_leaves(placed) if self.impl == "c" else ()
+            first = self._frame.config.backend.physics.param_leaves(placed)
             layout = Layout.of(placed, first)
             if self._model_pack is None or layout != self._model_pack[1]:
                 self._advancers = {}
@@ -645,9 +645,10 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         spec = statevec.state_spec(self._mj_model, spec)
         ids = None if env_ids is None else checks.env_ids(env_ids, self.num_envs)
         eng = self._eng
-        if self.impl == "c":  # MuJoCo's own float64 state, exact
-            bits, ctrl = host_copy(eng.state.data._impl.state), host_copy(eng.state.ctrl)
-            out = statevec.exact_state(self._mj_model, bits, ctrl, spec)
+        bits = eng.config.backend.physics.exact_bits(eng.state.data)
+        if bits is not None:  # MuJoCo's own float64 state, exact
+            ctrl = host_copy(eng.state.ctrl)
+            out = statevec.exact_state(self._mj_model, host_copy(bits), ctrl, spec)
         else:
             out = host_copy(_get_state(eng.config, eng.model, eng.state, spec))
         return out if ids is None else out[ids]
@@ -680,11 +681,10 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         size = mujoco.mj_stateSize(self._mj_model, spec)
         dtype = backend.float_dtype()
         mask, full = checks.world_rows(states, "states", env_ids, self.num_envs, size, dtype)
-        exact = None
-        if self.impl == "c":  # MuJoCo's own state takes the rows' float64 values
-            _, rows = checks.world_rows(states, "states", env_ids, self.num_envs, size, np.float64)
-            exact = native.to_bits(rows)
         eng = self._eng
+        # where the backend keeps an exact state (impl "c"), it takes the rows' float64 values
+        _, rows = checks.world_rows(states, "states", env_ids, self.num_envs, size, np.float64)
+        exact = eng.config.backend.physics.exact_rows(rows)
         state = _set_state(eng.config, eng.model, eng.state, full, mask, spec, update_fk, exact)
         self._eng = eng.replace(state=state)
 

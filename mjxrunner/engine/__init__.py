@@ -1,7 +1,8 @@
 """The engine: many worlds of one MuJoCo model as one pytree, and pure functions over it.
 
 Owns the world-axis rule (:mod:`.worlds`), the batched state (:mod:`.state`), the
-backends and their capacities (:mod:`.backend`), the physics step and masked resets
+backends and their capacities (:mod:`.backend`; what each impl's physics does
+differently behind one interface: :mod:`.backends`), the physics step and masked resets
 (:mod:`.core` for one device's worlds, :mod:`.batch` for an :class:`Engine` over its
 mesh), MuJoCo's state vectors (:mod:`.statevec`), guards and health, per-world
 parameters and randomization (:mod:`.params`), action latency and pushes

@@ -13,7 +13,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import checks, cpu_fusion, cpu_linalg, cpu_pool, native, native_ffi
+from mjxrunner.engine import backends, checks, cpu_fusion, cpu_linalg, cpu_pool, native, native_ffi
 from mjxrunner.engine.errors import CapacityOverflowError, CapacityWarning  # noqa: F401 - public here
 
 IMPLS = ("jax", "warp", "c")
@@ -274,6 +274,11 @@ class Backend:
         )
 
     @property
+    def physics(self) -> backends.Physics:
+        """What the impl does differently (:mod:`mjxrunner.engine.backends`)."""
+        return backends.of(self.impl)
+
+    @property
     def options(self) -> dict[str, Any]:
         """The keyword arguments of :meth:`make` that rebuild this backend's choice."""
         caps = {} if self.caps is None else self.caps.as_dict()
@@ -317,56 +322,23 @@ class Backend:
 
 def overflow_bits(data: mjx.Data) -> jax.Array:
     """``(num_envs,)`` int32: the Warp capacity bits batched ``data`` holds (bits of
-    buffers too small; solver iteration limits left out). Zeros for impl "jax",
-    whose buffers are exact."""
-    flags = getattr(data._impl, "overflow", None)
-    if flags is None:
-        return jax.numpy.zeros(data.qpos.shape[:1], jax.numpy.int32)
-    return (flags & capacity_bits()).astype(jax.numpy.int32)
+    buffers too small; solver iteration limits left out). Zeros for impls "jax" and
+    "c", whose buffers are exact."""
+    return backends.of(data).overflow_bits(data)
 
 
 def clear_overflow(data: mjx.Data) -> mjx.Data:
     """``data`` with Warp's overflow flags zeroed: Warp ORs flags in, so a step that
     starts from cleared flags reports only its own overflow."""
-    flags = getattr(data._impl, "overflow", None)
-    if flags is None:
-        return data
-    return data.tree_replace({"_impl.overflow": jax.numpy.zeros_like(flags)})
+    return backends.of(data).clear_overflow(data)
 
 
-def capacity_bits() -> int:
-    """The Warp overflow bits that mean a buffer was too small.
-
-    Solver iteration-limit bits are left out: they report convergence, not lost
-    contacts or constraints.
-    """
-    from mujoco.mjx.third_party.mujoco_warp._src.types import OverflowType
-
-    return int(OverflowType.ALL & ~(OverflowType.ITERATIONS | OverflowType.LS_ITERATIONS))
+capacity_bits = backends.mjx.capacity_bits
 
 
 def contact_count(data: mjx.Data) -> jax.Array:
-    """``(num_envs,)`` int32: contacts per world that enter the constraint solver.
-
-    impl "jax" keeps one slot per candidate pair and marks the active ones by
-    ``dist < includemargin``; impl "warp" keeps a pool of ``nacon`` contacts for
-    all worlds, each tagged with its world; impl "c" has MuJoCo's ``ncon``.
-    """
-    jnp = jax.numpy
-    num_envs = data.qpos.shape[0]
-    impl = data._impl
-    if native.is_native(data):  # MuJoCo counts them itself
-        return impl.ncon
-    if hasattr(impl, "contact__worldid"):
-        active = (jnp.arange(impl.contact__worldid.shape[0]) < impl.nacon[0]) & (
-            impl.contact__dist < impl.contact__includemargin
-        )
-        world = jnp.where(active, impl.contact__worldid, num_envs)
-        return jnp.bincount(world, length=num_envs + 1)[:num_envs].astype(jnp.int32)
-    contact = impl.contact
-    if contact.dist.shape[-1] == 0:
-        return jnp.zeros((num_envs,), jnp.int32)
-    return jnp.sum(contact.dist < contact.includemargin, axis=-1).astype(jnp.int32)
+    """``(num_envs,)`` int32: contacts per world that enter the constraint solver."""
+    return backends.of(data).contact_count(data)
 
 
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"

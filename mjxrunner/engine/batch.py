@@ -41,10 +41,9 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
-from mujoco import mjx
 
 from mjxrunner.engine import backend as backend_
-from mjxrunner.engine import core, events, guards, health, native, params, sharding
+from mjxrunner.engine import backends, core, events, guards, health, params, sharding
 from mjxrunner.engine import guards as guards_
 from mjxrunner.engine import options as options_
 from mjxrunner.engine.options import Options
@@ -242,8 +241,7 @@ def place(eng: Engine, mesh: Mesh | None) -> Engine:
     """The engine with its worlds split over ``mesh`` (None: back on one device)."""
     if mesh is not None:
         sharding.check_divisible(eng.num_envs, mesh)
-        if eng.config.backend.impl == "c":
-            native.check_mesh(mesh)
+        eng.config.backend.physics.check_mesh(mesh)
     config = eng.config.replace(mesh=mesh)
     return Engine(
         config,
@@ -262,8 +260,9 @@ def with_ref(
     config: Config, ref: params.Reference | None, mj_model: mujoco.MjModel, paths: Any
 ) -> params.Reference | None:
     """``ref``, built now if it is None and ``paths`` touch ``params.CONST_INPUTS`` (whose derived
-    constants need it). Impl "c" needs none: MuJoCo derives them itself."""
-    if ref is not None or not set(paths) & params.CONST_INPUTS or config.backend.impl == "c":
+    constants need it), unless the backend derives them itself (impl "c": MuJoCo)."""
+    derives = config.backend.physics.derives_constants
+    if ref is not None or not set(paths) & params.CONST_INPUTS or derives:
         return ref
     return put(params.Reference.build(mj_model, config.backend.device), config.replace(mesh=None))
 
@@ -368,11 +367,7 @@ def forward_kinematics(model: FlatModel, data: Any) -> Any:
     the model's per-world parameters. Quaternions in ``qpos`` come back normalized;
     sensors, accelerations and contacts are left to the next step."""
     m = tree_of(model)
-    if native.is_native(m):
-        fk = native.kinematics
-    else:
-        fk = lambda m, d: mjx.com_pos(m, mjx.kinematics(m, d))  # noqa: E731
-    return jax.vmap(fk, in_axes=(world_axes(m), 0))(m, data)
+    return jax.vmap(backends.of(m).kinematics, in_axes=(world_axes(m), 0))(m, data)
 
 
 def begin_local(

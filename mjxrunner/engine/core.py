@@ -8,7 +8,6 @@ code runs a model whose parameters are shared or given per world.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,9 +16,9 @@ import jax.numpy as jnp
 import mujoco
 from mujoco import mjx
 
-from mjxrunner.engine import backend, events, guards, health, native
+from mjxrunner.engine import backend, backends, events, guards, health
 from mjxrunner.engine.state import RunnerState
-from mjxrunner.engine.worlds import num_worlds, select_worlds, tree_of, world_axes
+from mjxrunner.engine.worlds import num_worlds, select_worlds, tree_of
 
 Policy = Callable[[RunnerState, jax.Array], jax.Array]
 
@@ -121,16 +120,6 @@ def without_contacts(model: mjx.Model, collide: jax.Array) -> mjx.Model:
     return model.tree_replace(changes) if changes else model
 
 
-# MJX's step and forward pass behind a jit of their own, so that the programs that
-# contain them (a runner's step, an env's reset and step, its restarts) trace each
-# once per process and world shape instead of once per program: an env's step then
-# reuses the forward pass its reset traced (hopper env step: 5.8 -> 4.2 s of
-# tracing). XLA inlines the call: a hopper env over 60 steps with restarts gave the
-# same observations and qpos bit for bit with and without these jits.
-MJX_STEP = jax.jit(mjx.step)
-MJX_FORWARD = jax.jit(mjx.forward)
-
-
 def physics_step(
     model: mjx.Model,
     data: mjx.Data,
@@ -157,30 +146,16 @@ def physics_step(
     """
     model = tree_of(model)
     num_envs = ctrl.shape[0]
-    data = backend.clear_overflow(data)  # Warp ORs flags in: report this step only
+    physics = backends.of(data)
+    data = physics.clear_overflow(data)  # Warp ORs flags in: report this step only
     data = data.replace(ctrl=ctrl.astype(data.ctrl.dtype))
     if dt is not None:
         timestep = jnp.broadcast_to(dt / substeps, (num_envs,))
         model = model.tree_replace({"opt.timestep": timestep.astype(model.opt.timestep.dtype)})
     if collide is not None:
         model = without_contacts(model, collide)
-    if native.is_native(data):  # MuJoCo C: all substeps in one host call
-        one_step = functools.partial(native.step, nstep=substeps)
-        data = jax.vmap(one_step, in_axes=(world_axes(model), 0))(model, data)
-        return data, backend.overflow_bits(data)
-    one_step = jax.vmap(MJX_STEP, in_axes=(world_axes(model), 0))
-
-    def substep(d, _):
-        # With jax_enable_x64, MJX's collision driver builds the contact geom ids with
-        # jnp.array over NumPy int64 tables (collision_driver.py, Contact(geom1=...)),
-        # so they come back int64 where make_data made them int32. Casting back keeps
-        # every carry (this scan, the env's, checkpoints) of one dtype.
-        new = one_step(model, d)
-        return jax.tree.map(lambda x, like: x.astype(like.dtype), new, d), None
-
-    # The scan is outside the vmap, so MJX-Warp's batched FFI call sees the whole batch.
-    data, _ = jax.lax.scan(substep, data, None, length=substeps)
-    return data, backend.overflow_bits(data)
+    data = physics.step(model, data, substeps)
+    return data, physics.overflow_bits(data)
 
 
 contact_count = backend.contact_count

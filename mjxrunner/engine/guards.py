@@ -38,7 +38,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import backend, native
+from mjxrunner.engine import backend, backends
 from mjxrunner.engine.errors import (
     CapacityOverflowError,
     CapacityWarning,
@@ -124,9 +124,7 @@ def unstable(data: mjx.Data, max_qvel: float = MAX_QVEL) -> jax.Array:
     ok = all_finite(data.qpos) & all_finite(data.qacc) & (jnp.abs(qvel) <= max_qvel).all(axis=1)
     if math.isinf(max_qvel):
         ok = ok & jnp.isfinite(qvel).all(axis=1)
-    if native.is_native(data):
-        ok = ok & ~data._impl.diverged
-    return ~ok
+    return ~ok | backends.of(data).diverged(data)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,7 +82,7 @@ class Options:
             instability_policy=self.instability_policy,
             max_qvel=self.max_qvel,
             # impl "jax" never overflows: no host read-back for a guard that cannot trip
-            overflow_policy=self.overflow_policy if backend.impl == "warp" else "truncate",
+            overflow_policy=self.overflow_policy if backend.physics.overflows else "truncate",
             caps=backend.caps,
             extra=self.guards,
         )

@@ -34,7 +34,7 @@ import numpy as np
 from mujoco import mjx
 from mujoco.mjx._src import support
 
-from mjxrunner.engine import native
+from mjxrunner.engine import backends
 from mjxrunner.engine.worlds import (
     core_ndims,
     pytree_dataclass,
@@ -298,7 +298,7 @@ def recompute_derived(model: mjx.Model, ref: Reference) -> mjx.Model:
     all shared gets shared derived fields. Works for either impl: the
     constants are computed with MJX's JAX functions on ``ref``.
     """
-    if native.is_native(model):
+    if backends.of(model).derives_constants:
         return model  # MuJoCo's own mj_setConst runs per world on the host (see native)
     axes = world_axes(model)
     inputs = {f: getattr(model, f) for f in CONST_INPUTS}
@@ -545,7 +545,7 @@ def randomize(
         drawn[term.path] = drawn.get(term.path, base).at[where].set(value)
     fresh = model.tree_replace(drawn)
     changed = set(drawn)
-    if changed & CONST_INPUTS and not native.is_native(fresh):  # impl "c": MuJoCo derives them
+    if changed & CONST_INPUTS and not backends.of(fresh).derives_constants:
         if ref is None:
             raise ValueError(
                 "terms on mj_setConst inputs need ref (a params.Reference) to rebuild constants"

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import mujoco
 from mujoco import mjx
 
+from mjxrunner.engine import backends, core, params
 from mjxrunner.engine import batch as engine
-from mjxrunner.engine import core, native, params
 from mjxrunner.engine.sharding import on_worlds
 from mjxrunner.engine.state import RunnerState
 from mjxrunner.engine.worlds import (
@@ -64,7 +64,7 @@ def _start_one(
     data = task.initial_state(model, start, jax.random.wrap_key_data(raw_key), *extra)
     if not task.forward_on_reset:
         return data
-    return native.forward(model, data) if native.is_native(data) else core.MJX_FORWARD(model, data)
+    return backends.of(data).forward(model, data)
 
 
 def draw_starts(

@@ -1,0 +1,92 @@
+"""The interface every impl's physics gives the engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from mujoco import mjx
+
+
+class Physics:
+    """How one impl simulates: the defaults here are MJX-JAX's, whose buffers are
+    exact and whose constants are the model's own arrays.
+
+    ``data`` below is batched (worlds on axis 0) unless a method says one world;
+    ``model`` is an ``mjx.Model`` whose leaves carry a world axis or not, as
+    :func:`mjxrunner.engine.worlds.world_axes` says.
+
+    Attributes:
+      name: the impl, as ``Backend.impl`` spells it.
+      derives_constants: MuJoCo rebuilds the fields ``mj_setConst`` derives (from
+        masses, inertias, frames, ``qpos0``) itself, per world; else the engine does
+        (:func:`mjxrunner.engine.params.recompute_derived`).
+      overflows: the impl's buffers have capacities a step can overflow (Warp's
+        pools), so the overflow guard must read its flags back.
+      runs_mjx_passes: its step runs MJX's tree passes under XLA, whose fusion
+        emitters XLA:CPU then keeps off (:func:`mjxrunner.engine.cpu_fusion.compiler_options`).
+    """
+
+    name: str = ""
+    derives_constants: bool = False
+    overflows: bool = False
+    runs_mjx_passes: bool = True
+
+    def step(self, model: mjx.Model, data: mjx.Data, substeps: int) -> mjx.Data:
+        """``substeps`` physics steps of every world."""
+        raise NotImplementedError
+
+    def forward(self, model: mjx.Model, data: mjx.Data) -> mjx.Data:
+        """One world's forward pass (``mj_forward``)."""
+        raise NotImplementedError
+
+    def kinematics(self, model: mjx.Model, data: mjx.Data) -> mjx.Data:
+        """One world's position stage: kinematics and centres of mass."""
+        return mjx.com_pos(model, mjx.kinematics(model, data))
+
+    def diverged(self, data: mjx.Data) -> jax.Array:
+        """``(num_envs,)`` bool: worlds the impl itself found diverged in the last
+        step (beside the non-finite values every impl shows)."""
+        return jnp.zeros(data.qpos.shape[:1], bool)
+
+    def overflow_bits(self, data: mjx.Data) -> jax.Array:
+        """``(num_envs,)`` int32: each world's bits of buffers that were too small."""
+        return jnp.zeros(data.qpos.shape[:1], jnp.int32)
+
+    def clear_overflow(self, data: mjx.Data) -> mjx.Data:
+        """``data`` with its overflow flags zeroed, before a step."""
+        return data
+
+    def contact_count(self, data: mjx.Data) -> jax.Array:
+        """``(num_envs,)`` int32: contacts per world that enter the solver (impl
+        "jax" keeps a slot per candidate pair, active while ``dist < includemargin``)."""
+        contact = data._impl.contact
+        if contact.dist.shape[-1] == 0:
+            return jnp.zeros(data.qpos.shape[:1], jnp.int32)
+        return jnp.sum(contact.dist < contact.includemargin, axis=-1).astype(jnp.int32)
+
+    def check_mesh(self, mesh: Any) -> None:
+        """Refuses a device mesh the impl cannot spread its worlds over."""
+
+    def written_leaves(self, state: Any) -> tuple[int, ...]:
+        """Packing hint: flat indices of the leaves of a runner state that a step
+        writes whole, which a packed shell keeps apart."""
+        return ()
+
+    def param_leaves(self, model: Any) -> tuple[int, ...]:
+        """Packing hint: flat indices of the model leaves a step reads in place,
+        which a packed shell puts first, in this order."""
+        return ()
+
+    def exact_bits(self, data: mjx.Data) -> jax.Array | None:
+        """``(num_envs, nstate, 2)`` uint32: the bits of each world's float64
+        integration state where the impl keeps one beside the data's fields (MuJoCo
+        C); None where the fields are the state."""
+        return None
+
+    def exact_rows(self, rows: np.ndarray) -> np.ndarray | None:
+        """Float64 state rows as :meth:`exact_bits` holds them, or None where the
+        impl keeps no exact state."""
+        return None
