@@ -14,16 +14,19 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import imageio.v3 as iio
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 from mjxrunner import tasks
+from mjxrunner.engine import models
 from mjxrunner.rl import env as E
 from mjxrunner.tools import cli
 from mjxrunner.tools.train import deploy, export, onnx_graph, play, ppo, run_dir, sim2sim, trainer
@@ -286,6 +289,46 @@ def test_the_go1_deploy_loop_keeps_command_last_action_and_history(go1_export):
     assert native["lengths"] == played["lengths"]
     np.testing.assert_allclose(native["returns"], played["returns"], rtol=1e-3, atol=1e-4)
     assert native["agrees"] is True
+
+
+def test_the_deploy_loop_is_given_a_changing_command(go1_export):
+    folder, _, _ = go1_export
+    policy = deploy.Policy(folder.parent / "go1.onnx")
+    with pytest.raises(ValueError, match="after reset"):
+        policy.give({"['command']": np.zeros(3)})
+    policy.reset({"['command']": np.zeros(3)})
+    with pytest.raises(ValueError, match=r"no task state \["):
+        policy.give({"['gait']": np.zeros(2)})
+    m = models.load("go1_cpu")
+    d = mujoco.MjData(m)
+    d.qpos[:] = m.key_qpos[0]
+    mujoco.mj_forward(m, d)
+    standing = policy.observe(d)
+    policy.give({"['command']": np.array([0.5, 0.0, 0.0])})
+    walking = policy.observe(d)
+    assert not np.allclose(standing, walking)  # the new command, seen at the next step
+
+
+def test_a_redrawn_command_is_given_to_the_deploy_loop_as_the_scorer_draws_it():
+    env = E.make("g1_joystick", 1, impl="c", num_threads=1)
+    sources = export.info_sources(env)
+    assert sources["['command']"] == "given" and sources["['steps']"] == "given"
+    assert sources["['last_action']"] == "last_action" and sources["['contact']"] == "state"
+    policy = types.SimpleNamespace(inputs=[{"info": "['command']", "source": "given"}])
+    schedule = sim2sim.given_schedule(env, policy)
+    info = export.restart_info(env)
+    key = jax.random.key(4)
+    commands = np.asarray(schedule(info, key)["['command']"])
+    assert commands.shape == (env.task.max_episode_steps, 3)
+    np.testing.assert_array_equal(commands[:250], np.broadcast_to(info["command"], (250, 3)))
+    changes = np.flatnonzero(np.any(np.diff(commands, axis=0) != 0, axis=1)) + 1
+    assert set(changes) <= {250, 500, 750} and len(changes) >= 2
+    # the scorer carries the same commands: step 249's update, under its key, draws row 250
+    keys = jax.random.split(key, env.task.max_episode_steps)
+    steps = {**info, "steps": jnp.int32(249), "command": jnp.asarray(commands[249])}
+    data = env.start
+    after = env.task.update_info(env.model.tree, data, jnp.zeros(12), data, steps, keys[249])
+    np.testing.assert_array_equal(after["command"], commands[250])
 
 
 def test_play_holds_given_commands_and_measures_the_base_against_them(go1_export):

@@ -82,7 +82,9 @@ class Policy:
         self.observer = _session(path.with_name(observer["file"]))
         self.inputs = observer["inputs"]
         self.terms = observer["terms"]
-        self.held_inputs = [x["info"] for x in self.inputs if x.get("source") == "held"]
+        # the task state the loop is given: at the start (held), or at any step (given)
+        given = ("held", "given")
+        self.held_inputs = [x["info"] for x in self.inputs if x.get("source") in given]
         self._held: dict[str, np.ndarray] | None = None  # until reset() gives it
         self._last_action = np.zeros(len(self.meta["action"]["low"]), np.float32)
         self._history: list[list[np.ndarray]] | None = None
@@ -98,10 +100,22 @@ class Policy:
         self._last_action = np.zeros(len(self.meta["action"]["low"]), np.float32)
         self._history: list[list[np.ndarray]] | None = None
 
+    def give(self, values: dict[str, np.ndarray]) -> None:
+        """Changes task state the policy observes (by info path) from the next
+        observation on: an operator's new command."""
+        if self._held is None:
+            raise ValueError("give() task state after reset()")
+        unknown = [p for p in values if p not in self._held]
+        if unknown:
+            raise ValueError(
+                f"the policy observes no task state {unknown}; it has {self.held_inputs}"
+            )
+        self._held.update({p: np.asarray(v, np.float32) for p, v in values.items()})
+
     def _feed(self, data: mujoco.MjData, x: dict) -> np.ndarray:
         if "field" in x:
             value = getattr(data, x["field"])
-        elif x["source"] == "held":
+        elif x["source"] in ("held", "given"):
             if self._held is None:
                 raise ValueError(f"the policy observes task state {x['info']}: call reset()")
             value = self._held[x["info"]]
@@ -135,9 +149,12 @@ def run_episode(
     steps: int,
     fields: list[tuple[str, tuple[int, ...]]] = (),
     held: dict[str, np.ndarray] | None = None,
+    schedule: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Runs ``steps`` control steps from ``start`` (``qpos``, ``qvel``, ``act``),
-    with ``held`` the task state given at the start (see :meth:`Policy.reset`).
+    with ``held`` the task state given at the start (see :meth:`Policy.reset`) and
+    ``schedule`` the task state given at each step (by info path, ``(steps, ...)``:
+    a command that changes, see :meth:`Policy.give`).
 
     Returns:
       ``(trajectory, actions)``: each of ``fields`` (``MjData`` name and the shape to
@@ -155,7 +172,9 @@ def run_episode(
         return {f: np.array(getattr(data, f)).reshape(shape) for f, shape in fields}
 
     snaps, actions = [snapshot()], []
-    for _ in range(steps):
+    for t in range(steps):
+        if schedule:
+            policy.give({p: v[t] for p, v in schedule.items()})
         action = policy.control(data)
         data.ctrl[:] = action
         actions.append(action)

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+from jax.extend import core as jcore
 
 from mjxrunner.kit import normalize, observations
 from mjxrunner.rl import env as E
@@ -82,7 +83,10 @@ def data_fields(data: Any) -> tuple[list[str], list[Any], Any]:
 def info_sources(env: E.Env) -> dict[str, str]:
     """How each leaf of the task's info (by path) evolves over an episode: ``"held"``
     (``update_info`` passes it on as it is, e.g. a command), ``"last_action"`` (it
-    becomes the step's action) or ``"state"`` (anything else)."""
+    becomes the step's action), ``"given"`` (it changes by the task's own schedule,
+    from its info and key alone, never from the physics or the action: a command
+    redrawn every few seconds, which a robot's operator gives) or ``"state"``
+    (anything else)."""
     task = env.task
     info = jax.eval_shape(lambda: restart_info(env))
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(info)[0]]
@@ -106,6 +110,10 @@ def info_sources(env: E.Env) -> dict[str, str]:
     jaxpr = closed.jaxpr
     action_var, info_vars = jaxpr.invars[n], jaxpr.invars[2 * n + 1 :]
     made = {v: e for e in jaxpr.eqns for v in e.outvars}
+    physical = set(jaxpr.invars[: 2 * n + 1])  # the data before and after, the action
+    for e in jaxpr.eqns:  # in order: whatever reads them (sub-programs whole) is physical
+        if any(v in physical for v in e.invars if not isinstance(v, jcore.Literal)):
+            physical.update(e.outvars)
     sources = {}
     for path, var, out in zip(paths, info_vars, jaxpr.outvars, strict=True):
         eqn = made.get(out)
@@ -116,8 +124,10 @@ def info_sources(env: E.Env) -> dict[str, str]:
             and eqn.invars[0] is action_var
         ):  # fmt: skip
             sources[path] = "last_action"
-        else:
+        elif out in physical:
             sources[path] = "state"
+        else:
+            sources[path] = "given"
     return sources
 
 

@@ -76,14 +76,14 @@ def scorer(env: E.Env):
     fields = [(names[i], tuple(template[i].shape)) for i in read]
 
     @jax.jit
-    def score(trajectory: dict, actions: jax.Array, info: Any):
+    def score(trajectory: dict, actions: jax.Array, info: Any, key: jax.Array):
         steps = actions.shape[0]
         before = [jnp.broadcast_to(x, (steps, *x.shape)) for x in template]
         after = list(before)
         for i in read:
             series = trajectory[names[i]].astype(template[i].dtype)
             before[i], after[i] = series[:-1], series[1:]
-        keys = jax.random.split(jax.random.key(0), steps)
+        keys = jax.random.split(key, steps)
 
         def body(info, x):
             b, a, nxt, key = x
@@ -94,6 +94,32 @@ def scorer(env: E.Env):
         return out
 
     return fields, score
+
+
+def given_schedule(env: E.Env, policy: deploy.Policy):
+    """``schedule(info, key)``: the task state ``policy`` is given at each step of an
+    episode (by info path, ``(max_episode_steps, ...)``), as the scorer carries it
+    with the same key; None where it is given none. Those leaves change by the task's
+    own rule, never by the physics (``export.info_sources``), so the start's data
+    stands in for every step's."""
+    given = [x["info"] for x in policy.inputs if x.get("source") == "given"]
+    if not given:
+        return None
+    task, model, start = env.task, env.model.tree, env.start
+    action = jnp.zeros((env.action_size,), jnp.float32)
+
+    @jax.jit
+    def schedule(info: Any, key: jax.Array) -> dict:
+        def body(info, key):
+            flat = jax.tree_util.tree_flatten_with_path(info)[0]
+            now = {jax.tree_util.keystr(p): x for p, x in flat}
+            new = task.update_info(model, start, action, start, info, key)
+            return new, {p: now[p] for p in given}
+
+        keys = jax.random.split(key, task.max_episode_steps)
+        return jax.lax.scan(body, info, keys)[1]
+
+    return schedule
 
 
 def episode_return(rewards: np.ndarray, terminated: np.ndarray) -> tuple[float, int]:
@@ -112,15 +138,24 @@ def sim2sim(path: str | os.PathLike, *, episodes: int = 16, seed: int = 1) -> di
     task = tasks.get(policy.meta["task"])
     env, first, info = starts(task, episodes, seed)
     fields, score = scorer(env)
+    schedule = given_schedule(env, policy)
     model = env.host.mj_model
     returns, lengths = [], []
     for i in range(episodes):
         start = {k: v[i] for k, v in first.items()}
-        trajectory, actions = deploy.run_episode(
-            policy, model, start, env.task.max_episode_steps, fields, held_values(policy, info, i)
-        )
         info_i = None if info is None else jax.tree.map(lambda x, i=i: x[i], info)
-        rewards, terminated = jax.device_get(score(trajectory, actions, info_i))
+        key = jax.random.fold_in(jax.random.key(seed), i)  # the episode's task draws
+        given = None if schedule is None else jax.device_get(schedule(info_i, key))
+        trajectory, actions = deploy.run_episode(
+            policy,
+            model,
+            start,
+            env.task.max_episode_steps,
+            fields,
+            held_values(policy, info, i),
+            given,
+        )
+        rewards, terminated = jax.device_get(score(trajectory, actions, info_i, key))
         r, n = episode_return(np.asarray(rewards), np.asarray(terminated))
         returns.append(r)
         lengths.append(n)
