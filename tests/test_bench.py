@@ -449,7 +449,7 @@ def test_the_training_throughput_script_prints_both_rates(capsys):
     assert tt.main(args) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["physics_env_steps_per_s"] > 0 and result["training_env_steps_per_s"] > 0
-    assert result["ratio"] == pytest.approx(
-        result["training_env_steps_per_s"] / result["physics_env_steps_per_s"], rel=1e-2
+    assert result["ratio"] == pytest.approx(  # printed to 3 decimals
+        result["training_env_steps_per_s"] / result["physics_env_steps_per_s"], abs=5e-4
     )
     assert result["backend"]["impl"] == "c" and result["substeps"] == 1
