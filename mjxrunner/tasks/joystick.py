@@ -15,10 +15,10 @@ scene ``g1`` for MJX (its mirror image, no clock); and
 with its level curriculum, as :mod:`.locomotion` runs the ant's (each world keeps
 its column and moves up a level when it walked past half a tile, down when it
 walked less than half its commanded distance; episodes start at the world's tile).
-Each
-episode draws a command ``(vx, vy, yaw rate)`` in the robot's frame from
-:class:`Legged.commands`; the action is each joint's target as an offset from the
-standing pose (the scenes' position actuators take it so: a zero action stands).
+Each episode draws a command ``(vx, vy, yaw rate)`` in the robot's frame from
+:class:`Legged.commands` (``g1_joystick`` draws a new one every 5 s); the action is
+each joint's target as an offset from the standing pose (the scenes' position
+actuators take it so: a zero action stands).
 
 * **observation terms** (:data:`TERMS`): base linear and angular velocity in the
   base's frame, gravity in that frame, joint positions less the standing pose,

@@ -130,9 +130,9 @@ SUGGESTED = {
 }
 """``mjxrunner train`` options a task trains well with, taken where none is given
 (and printed). ``go1_joystick`` walks with them after minutes on 2 cores
-(``benchmarks/results/go1_walk.md``), ``g1_joystick`` walks forward after half an
-hour (``g1_walk.md``; its turns are not there yet): 1,024 worlds, 24-step rollouts, two epochs of
-four minibatches, 128-wide MLPs, a symmetric policy, an initial noise of 0.3 rad, the
+(``benchmarks/results/go1_walk.md``), ``g1_joystick`` walks, turns and stands after
+half an hour (``g1_walk.md``): 1,024 worlds, 24-step rollouts, two epochs of four
+minibatches, 128-wide MLPs, a symmetric policy, an initial noise of 0.3 rad, the
 step size decaying from 1e-3 to 5e-4. Two epochs rather than four: per env step the
 second pair learned a little more (velocity error 0.098 against 0.128 m/s after 5.9 M
 steps), per second of training less (29.8 k against 24.4 k env steps/s)."""
