@@ -76,7 +76,9 @@ def packed_step(
     options = cpu_fusion.compiler_options(impl)
     return compiled(
         ("step", env_layout, state_layout, pack, donate, impl),
-        lambda: jax.jit(step, donate_argnums=(1,) if donate else (), compiler_options=options),
+        lambda: jax.jit(
+            step, donate_argnames="state_buffers" if donate else (), compiler_options=options
+        ),
     )
 
 

@@ -64,10 +64,15 @@ def _set_ctrl_all(ctrls, masks, values):
     return tuple(runner_._set_ctrl(*args) for args in zip(ctrls, masks, values, strict=True))
 
 
-_advance = jax.jit(_advance_all, static_argnums=(0, 7), donate_argnums=(5,), keep_unused=True)
-_restore = jax.jit(_restore_all, static_argnums=(0,), donate_argnums=(4,))
-_redraw = jax.jit(_redraw_all, static_argnums=(0,))
-_set_ctrl = jax.jit(_set_ctrl_all, donate_argnums=(0,))
+_advance = jax.jit(
+    _advance_all,
+    static_argnames=("configs", "substeps"),
+    donate_argnames="scratches",
+    keep_unused=True,
+)
+_restore = jax.jit(_restore_all, static_argnames="configs", donate_argnames="states")
+_redraw = jax.jit(_redraw_all, static_argnames="configs")
+_set_ctrl = jax.jit(_set_ctrl_all, donate_argnames="ctrls")
 
 
 class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids

@@ -68,23 +68,34 @@ def _set_ctrl(ctrl, mask, values):
     return jnp.where(mask[:, None], values, ctrl)
 
 
-_advance = jax.jit(engine.advance, static_argnums=(0, 7), donate_argnums=(5,), keep_unused=True)
+# Static and donated arguments by name: JAX finds their positions in the signatures.
+_advance = jax.jit(
+    engine.advance,
+    static_argnames=("config", "substeps"),
+    donate_argnames="scratch",
+    keep_unused=True,
+)
 _roll = {  # a policy is a function, so it is static: one compile per policy object
     policy: jax.jit(
         engine.roll,
-        static_argnums=(0, 3, 4, 6) if policy else (0, 4, 6),
-        donate_argnums=(8,),
+        static_argnames=("config", "n_steps", "substeps")
+        + (("actions_or_policy",) if policy else ()),
+        donate_argnames="scratch",
         keep_unused=True,
     )
     for policy in (False, True)
 }
-_reset = jax.jit(engine.reset, static_argnums=(3,))
-_get_state = jax.jit(statevec.get_state, static_argnums=(0, 3))
-_set_state = jax.jit(statevec.set_state, static_argnums=(0, 5, 6), donate_argnums=(2,))
-_redraw = jax.jit(engine.redraw, static_argnums=(0,))
-_contact_count = jax.jit(engine.contact_count, static_argnums=(0,))
-_set_ctrl_fn = jax.jit(_set_ctrl, donate_argnums=(0,))
-_set_flags = jax.jit(lambda s, te, tr: s.replace(terminated=te, truncated=tr), donate_argnums=0)
+_reset = jax.jit(engine.reset, static_argnames="update_fk")
+_get_state = jax.jit(statevec.get_state, static_argnames=("config", "spec"))
+_set_state = jax.jit(
+    statevec.set_state, static_argnames=("config", "spec", "update_fk"), donate_argnames="state"
+)
+_redraw = jax.jit(engine.redraw, static_argnames="config")
+_contact_count = jax.jit(engine.contact_count, static_argnames="config")
+_set_ctrl_fn = jax.jit(_set_ctrl, donate_argnames="ctrl")
+_set_flags = jax.jit(
+    lambda state, te, tr: state.replace(terminated=te, truncated=tr), donate_argnames="state"
+)
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 PACK_LIMIT = 2 << 20
@@ -111,7 +122,7 @@ def _packed_advance(config, model_layout: Layout, layout: Layout, substeps: int)
         return layout.pack(jax.tree.leaves(new), placement.out, placement.values)
 
     key = ("runner.advance", config, model_layout, layout, substeps)
-    return compiled(key, lambda: jax.jit(advance, donate_argnums=(3,), keep_unused=True))
+    return compiled(key, lambda: jax.jit(advance, donate_argnames="scratch", keep_unused=True))
 
 
 def _packed_ctrl(layout: Layout, leaf: int):
@@ -122,7 +133,8 @@ def _packed_ctrl(layout: Layout, leaf: int):
         ctrl = jnp.where(mask[:, None], values, layout.unpack(buffers, leaf, leaf + 1)[0])
         return layout.write(buffers, leaf, ctrl), ctrl
 
-    return compiled(("runner.ctrl", layout, leaf), lambda: jax.jit(write, donate_argnums=(0,)))
+    key = ("runner.ctrl", layout, leaf)
+    return compiled(key, lambda: jax.jit(write, donate_argnames="buffers"))
 
 
 class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display metadata, never physics

@@ -221,7 +221,7 @@ def build(
     model = FlatModel.of(b.put_model(mj_model))
     template = b.put_data(mj_model, host)
     with jax.default_device(b.device):
-        init = jax.jit(core.init, static_argnums=(1, 3, 4))
+        init = jax.jit(core.init, static_argnames=("num_envs", "nu", "guards"))
         state = init(template, config.num_envs, jax.random.key(seed), config.nu, config.guards)
         if has_events(config):  # the first episode draws its delays and push times
             state = _first_episode(config.replace(mesh=None), attach_events(config, state))
@@ -388,7 +388,7 @@ def _first_episode(config: Config, state: RunnerState) -> RunnerState:
     return _begin_jit(config, None, state, everyone)
 
 
-_begin_jit = jax.jit(begin_local, static_argnums=(0, 4))
+_begin_jit = jax.jit(begin_local, static_argnames=("config", "update_fk"))
 
 
 def step_local(
@@ -473,7 +473,7 @@ def advance(
 
     ``scratch`` is a state of the same structure whose buffers may receive the new
     state: a stateful door donates its double buffer there (``jit(advance,
-    donate_argnums=5, keep_unused=True)``); it is never read. Returning the model only
+    donate_argnames="scratch", keep_unused=True)``); it is never read. Returning the model only
     when it can change saves a buffer per model leaf per call (0.3 ms a step at 256
     cartpoles)."""
     del scratch
@@ -677,4 +677,4 @@ def with_events(eng: Engine, latency: Any, pushes: Any, mj_model: mujoco.MjModel
     return eng.replace(config=config, state=state, default=default)
 
 
-_begin_over = jax.jit(begin, static_argnums=(0,))
+_begin_over = jax.jit(begin, static_argnames="config")

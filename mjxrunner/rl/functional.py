@@ -190,7 +190,7 @@ class Env:
         if any(jax.tree.leaves(world_mask(self.model))):
             raise ValueError("a reset pool needs a model without per-world parameters")
         keys = core.init_keys(key, size)
-        pool = jax.jit(draw_starts, static_argnums=3)(self.model, self.start, keys, self.task)
+        pool = jax.jit(draw_starts, static_argnames="task")(self.model, self.start, keys, self.task)
         return self.replace(pool=engine.put(pool, self.config.replace(mesh=None)))
 
     def with_param(self, path: str, values: Any, env_ids: Any = None) -> Env:

@@ -202,8 +202,8 @@ def _loop(
 
     env, _, one_update = parts
     segment = jax.jit(
-        lambda c: jax.lax.scan(one_update, c, None, length=chunk),
-        donate_argnums=0,
+        lambda carry: jax.lax.scan(one_update, carry, None, length=chunk),
+        donate_argnames="carry",
         compiler_options=cpu_fusion.compiler_options(env.impl),  # impl c: emitters on
     )
     last = config.num_updates if stop_after is None else min(config.num_updates, done + stop_after)
