@@ -13,7 +13,16 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import backends, checks, cpu_fusion, cpu_linalg, cpu_pool, native, native_ffi
+from mjxrunner.engine import backends, checks, cpu_fusion, cpu_linalg, cpu_pool, native
+from mjxrunner.engine.backends.mjx import (  # noqa: F401 - public here: Warp's sizes
+    GRAPH_MODES,
+    Capacities,
+    capacities,
+    check_graph_mode,
+    contacts_per_world,
+    default_graph_mode,
+    rows_per_world,
+)
 from mjxrunner.engine.errors import CapacityOverflowError, CapacityWarning  # noqa: F401 - public here
 
 IMPLS = ("jax", "warp", "c")
@@ -57,157 +66,8 @@ def resolve_device(device: Any) -> jax.Device:
 
 
 def check_supported(m: mujoco.MjModel, impl: str) -> None:
-    """Refuses models MJX cannot run, naming the feature and the way out."""
-    if impl == "c":
-        return  # MuJoCo runs every model it compiles
-    if m.opt.enableflags & mujoco.mjtEnableBit.mjENBL_ENERGY:
-        raise ValueError(
-            "the model enables energy computation (<flag energy='enable'/>), which MJX "
-            "does not support; remove the flag or set energy='disable'"
-        )
-    if m.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
-        raise ValueError(
-            f"the model uses MuJoCo's PGS solver, which MJX (impl {impl!r}) does not "
-            "have; use impl='c', or set the solver to Newton or CG"
-        )
-    if impl == "jax" and m.nflex:
-        raise ValueError(
-            f"the model has {m.nflex} flex object(s), which impl 'jax' cannot simulate; "
-            "use impl='warp' or remove the flex"
-        )
-
-
-GRAPH_MODES = ("none", "jax", "warp", "warp_staged", "warp_staged_ex")
-
-
-def default_graph_mode(device: jax.Device) -> str:
-    """Warp's CUDA-graph capture mode: ``"warp"`` on CUDA, ``"jax"`` elsewhere (MJX's
-    own choice: Warp graphs need a CUDA device)."""
-    return "warp" if device.platform == "gpu" else "jax"
-
-
-def check_graph_mode(graph_mode: Any, device: jax.Device) -> str:
-    if graph_mode is None:
-        return default_graph_mode(device)
-    if not isinstance(graph_mode, str) or graph_mode.lower() not in GRAPH_MODES:
-        raise ValueError(f"graph_mode must be None or one of {GRAPH_MODES}, got {graph_mode!r}")
-    return graph_mode.lower()
-
-
-@dataclasses.dataclass(frozen=True)
-class Capacities:
-    """Warp buffer sizes (ignored by impl ``"jax"``, whose buffers are exact).
-
-    Attributes:
-      naconmax: contact pool shared by all worlds together.
-      njmax: constraint rows per world.
-      naccdmax: convex-collision (CCD) contact pool for all worlds, <= naconmax.
-      nvmax: active DOFs per world (island compaction); None means nv.
-    """
-
-    naconmax: int
-    njmax: int
-    naccdmax: int
-    nvmax: int | None
-
-    def as_dict(self) -> dict[str, int | None]:
-        return dataclasses.asdict(self)
-
-
-def contacts_per_world(m: mujoco.MjModel) -> int:
-    """Default contact budget of one world: 4 per collidable geom, plus 8.
-
-    A box resting on a plane makes 4 contacts; few geoms touch several others at
-    once, so 4 per geom covers typical scenes with room to spare.
-    """
-    if m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_CONTACT:
-        return 0
-    collidable = int(np.sum((m.geom_contype != 0) | (m.geom_conaffinity != 0)))
-    return 4 * collidable + 8 * (collidable > 0) + 4 * m.npair
-
-
-def rows_per_world(m: mujoco.MjModel, ncon: int) -> int:
-    """Default constraint rows of one world for ``ncon`` contacts, rounded up to 8.
-
-    Equality rows (6 per weld, 3 per connect, 1 otherwise), one per friction-loss
-    DOF, one per limited joint, and per contact ``2 (condim - 1)`` rows (pyramidal
-    cones) or ``condim`` (elliptic), with the model's largest condim.
-    """
-    eq_rows = {mujoco.mjtEq.mjEQ_WELD: 6, mujoco.mjtEq.mjEQ_CONNECT: 3}
-    ne = sum(eq_rows.get(int(t), 1) for t in m.eq_type)
-    nf = int(np.sum(m.dof_frictionloss > 0)) + int(np.sum(m.tendon_frictionloss > 0))
-    nl = int(np.sum(m.jnt_limited)) + int(np.sum(m.tendon_limited))
-    condim = int(max([1, *m.geom_condim, *m.pair_dim]))
-    elliptic = m.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC
-    per_contact = condim if elliptic else max(1, 2 * (condim - 1))
-    rows = ne + nf + nl + ncon * per_contact
-    return max(8, -(-rows // 8) * 8)
-
-
-def capacities(
-    m: mujoco.MjModel,
-    num_envs: int,
-    naconmax: Any = None,
-    njmax: Any = None,
-    naccdmax: Any = None,
-    nvmax: Any = None,
-) -> Capacities:
-    """Validated Warp capacities, with defaults that scale with the model and batch.
-
-    Defaults: ``naconmax = contacts_per_world(m) * num_envs`` (at least 8),
-    ``njmax = rows_per_world(m, contacts_per_world(m))``, ``naccdmax = naconmax``,
-    ``nvmax = nv``.
-    """
-    from mjxrunner.engine import checks
-
-    per_world = contacts_per_world(m)
-    naconmax = (
-        max(8, per_world * num_envs) if naconmax is None else checks.count(naconmax, "naconmax")
-    )
-    njmax = rows_per_world(m, per_world) if njmax is None else checks.count(njmax, "njmax")
-    naccdmax = naconmax if naccdmax is None else checks.count(naccdmax, "naccdmax", minimum=0)
-    if naccdmax > naconmax:
-        raise ValueError(f"naccdmax ({naccdmax}) must be <= naconmax ({naconmax})")
-    if nvmax is not None:
-        nvmax = checks.count(nvmax, "nvmax")
-        if nvmax > m.nv:
-            raise ValueError(f"nvmax must lie in [1, nv={m.nv}], got {nvmax}")
-    return Capacities(naconmax, njmax, naccdmax, nvmax)
-
-
-def put_model(
-    m: mujoco.MjModel, impl: str, device: jax.Device, graph_mode: str | None = None
-) -> mjx.Model:
-    """``mjx.put_model`` with ``impl`` explicit and MJX's refusals made readable."""
-    kwargs = {}
-    if impl == "warp":
-        import warp as wp
-
-        kwargs["graph_mode"] = getattr(wp.JaxCallableGraphMode, graph_mode.upper())
-    try:
-        model = mjx.put_model(m, impl=impl, device=device, **kwargs)
-    except NotImplementedError as e:
-        raise ValueError(
-            f"MJX impl {impl!r} cannot run this model: {e}. Change the model, or try "
-            "the other impl."
-        ) from e
-    if impl == "warp":
-        # The runner reads Warp's overflow flags and applies its policy; Warp's own
-        # printf would only repeat that on stdout, unseen by the caller's code.
-        model = model.tree_replace({"opt._impl.warn_overflow": 0})
-    return model
-
-
-def put_data(
-    m: mujoco.MjModel,
-    d: mujoco.MjData,
-    impl: str,
-    device: jax.Device,
-    caps: Capacities | None = None,
-) -> mjx.Data:
-    """One world's ``mjx.Data`` from a host ``MjData``, ``impl`` explicit."""
-    kwargs = {} if impl == "jax" or caps is None else caps.as_dict()
-    return mjx.put_data(m, d, impl=impl, device=device, **kwargs)
+    """Refuses models ``impl`` cannot run, naming the feature and the way out."""
+    backends.of(impl).check_model(m)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,24 +114,11 @@ class Backend:
         """
         impl = check_impl(impl)
         device = resolve_device(device)
-        check_supported(m, impl)
-        if impl == "c":
-            if device.platform != "cpu":
-                raise ValueError(
-                    f"impl 'c' runs MuJoCo on this machine's CPU threads; its worlds live "
-                    f"on a CPU device, got {device}"
-                )
-            if num_threads is None:
-                num_threads = native.default_threads()
-            return cls(impl, device, num_threads=checks.count(num_threads, "num_threads"))
-        if impl == "jax":
-            return cls(impl, device)
-        return cls(
-            impl,
-            device,
-            check_graph_mode(graph_mode, device),
-            capacities(m, num_envs, naconmax, njmax, naccdmax, nvmax),
-        )
+        physics = backends.of(impl)
+        physics.check_model(m)
+        options = {"graph_mode": graph_mode, "num_threads": num_threads, "naconmax": naconmax,
+                   "njmax": njmax, "naccdmax": naccdmax, "nvmax": nvmax}  # fmt: skip
+        return cls(impl, device, **physics.settings(m, num_envs, device, **options))
 
     @property
     def physics(self) -> backends.Physics:
@@ -290,30 +137,19 @@ class Backend:
         }
 
     def put_model(self, m: mujoco.MjModel, digest: str | None = None) -> mjx.Model:
-        """The device model of ``m`` (see :func:`put_model`); ``digest``, the
+        """The device model of ``m``, MJX's refusals made readable; ``digest``, the
         model's ``HostModel`` digest if the caller has it, spares impl "c" hashing
         it again."""
-        if self.impl == "c":
-            return native.put_model(m, self.device, self.num_threads, digest)
-        return put_model(m, self.impl, self.device, self.graph_mode)
+        return self.physics.put_model(m, self, digest)
 
     def put_data(self, m: mujoco.MjModel, d: mujoco.MjData) -> mjx.Data:
-        """One world's device data from host ``d`` (see :func:`put_data`)."""
-        if self.impl == "c":
-            return native.put_data(m, d, self.device)
-        return put_data(m, d, self.impl, self.device, self.caps)
+        """One world's device data from host ``d``, ``impl`` explicit."""
+        return self.physics.put_data(m, d, self)
 
     def info(self) -> dict[str, Any]:
         """The backend identity to record with every result (:func:`backend_info`)."""
         info = backend_info(self.impl, self.device, self.graph_mode, self.caps)
-        if self.impl == "c":
-            info["num_threads"] = self.num_threads
-            info["contacts"] = native.LAYOUT_NOTE
-            # How each step reaches MuJoCo: the C++ FFI handler, or jax.pure_callback
-            # where it could not be built (see mjxrunner.engine.native_ffi).
-            info["host_call"] = native_ffi.host_call()
-            info["mujoco_timers"] = "on" if native.timers_on() else "off"
-        return info
+        return {**info, **self.physics.info(self)}
 
     def describe_overflow(self, bits: np.ndarray) -> str:
         """A message naming overflowing worlds and the option to raise."""
@@ -399,6 +235,7 @@ def backend_info(
     ``jax_enable_x64`` and the dtype of ``qpos`` (Warp always runs float32).
     """
     device = device or jax.devices()[0]
+    physics = None if impl is None else backends.of(impl)
     return {
         "versions": versions(),
         "impl": impl,
@@ -409,9 +246,9 @@ def backend_info(
         "device_count": jax.device_count(),
         "process_count": jax.process_count(),
         "jax_enable_x64": bool(jax.config.jax_enable_x64),
-        "qpos_dtype": "float32" if impl == "warp" else float_dtype().name,
+        "qpos_dtype": "float32" if physics and physics.float32_only else float_dtype().name,
         # impl "c" keeps each world's exact float64 state beside what tasks read.
-        "physics_dtype": "float64" if impl == "c" else None,
+        "physics_dtype": physics.physics_dtype if physics else None,
         # How small Cholesky/triangular solves run on CPU (see mjxrunner.engine.cpu_linalg).
         "cpu_linalg": "xla" if cpu_linalg.installed() else "lapack",
         # Whether XLA:CPU's fusion emitters are off (see mjxrunner.engine.cpu_fusion).
@@ -419,7 +256,7 @@ def backend_info(
         # Whether impl "c"'s env, door and trainer programs turn them back on for
         # themselves (cpu_fusion.compiler_options); None for the other impls.
         "env_fusion_emitters": (cpu_fusion.compiler_options(impl) is not None)
-        if impl == "c"
+        if physics and not physics.runs_mjx_passes
         else None,
         # Threads of XLA:CPU's pool; None: not known (see mjxrunner.engine.cpu_pool).
         "xla_cpu_threads": cpu_pool.threads(),

@@ -86,7 +86,7 @@ def compiler_options(impl: str) -> dict[str, Any] | None:
     """``jax.jit``'s ``compiler_options`` for a program whose physics runs on
     ``impl``: the fusion emitters back on for impl ``"c"`` where :func:`install`
     turned them off; None (XLA's options for the process) otherwise."""
-    from mjxrunner.engine import backends, native
+    from mjxrunner.engine import backends
 
-    host_physics = not backends.of(native.ALIASES.get(impl, impl)).runs_mjx_passes
+    host_physics = not backends.of(impl).runs_mjx_passes
     return {"xla_cpu_use_fusion_emitters": True} if _active and host_physics else None

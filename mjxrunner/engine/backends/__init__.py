@@ -13,6 +13,7 @@ from typing import Any
 
 from mujoco.mjx import Impl
 
+from mjxrunner.engine import native
 from mjxrunner.engine.backends.base import Physics
 from mjxrunner.engine.backends.c import C
 from mjxrunner.engine.backends.mjx import Jax, Warp
@@ -24,10 +25,13 @@ _BY_IMPL = {Impl.JAX: "jax", Impl.WARP: "warp", Impl.CPP: "c"}
 
 
 def of(x: Any) -> Physics:
-    """The physics of ``x``: an impl's name (``"jax"``, ``"warp"``, ``"c"``), or a
-    model or data (batched or not; a ``FlatModel`` too) of one."""
+    """The physics of ``x``: an impl's name (``"jax"``, ``"warp"``, ``"c"`` or
+    ``"cpp"``), or a model or data (batched or not; a ``FlatModel`` too) of one."""
     if isinstance(x, str):
-        return BY_NAME[x]
+        name = native.ALIASES.get(x, x)
+        if name not in BY_NAME:
+            raise ValueError(f"impl must be 'jax', 'warp' or 'c' ('cpp'), got {x!r}")
+        return BY_NAME[name]
     return BY_NAME[_BY_IMPL[getattr(x, "tree", x).impl]]
 
 

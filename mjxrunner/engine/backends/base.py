@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 from mujoco import mjx
 
@@ -27,12 +28,43 @@ class Physics:
         pools), so the overflow guard must read its flags back.
       runs_mjx_passes: its step runs MJX's tree passes under XLA, whose fusion
         emitters XLA:CPU then keeps off (:func:`mjxrunner.engine.cpu_fusion.compiler_options`).
+      float32_only: it runs float32 whatever ``jax_enable_x64`` says (Warp).
+      physics_dtype: None, or the dtype of the exact state it keeps beside the
+        data's fields (``"float64"``: MuJoCo C).
     """
 
     name: str = ""
     derives_constants: bool = False
     overflows: bool = False
     runs_mjx_passes: bool = True
+    float32_only: bool = False
+    physics_dtype: str | None = None
+
+    # --- the choice (host side; ``backend`` is a mjxrunner.engine.backend.Backend) ---
+
+    def check_model(self, m: mujoco.MjModel) -> None:
+        """Refuses a model the impl cannot run, naming the feature and the way out."""
+        raise NotImplementedError
+
+    def settings(self, m: mujoco.MjModel, num_envs: int, device: jax.Device, **options) -> dict:
+        """The impl's own fields of a ``Backend`` (``graph_mode``, ``caps``,
+        ``num_threads``) from the options given, validated; the others ignored."""
+        return {}
+
+    def put_model(self, m: mujoco.MjModel, backend: Any, digest: str | None = None) -> mjx.Model:
+        """The device model of ``m``; ``digest``: its ``HostModel`` digest if the
+        caller has it (spares hashing a large model again)."""
+        raise NotImplementedError
+
+    def put_data(self, m: mujoco.MjModel, d: mujoco.MjData, backend: Any) -> mjx.Data:
+        """One world's device data from host ``d``."""
+        raise NotImplementedError
+
+    def info(self, backend: Any) -> dict[str, Any]:
+        """What the impl adds to the backend identity recorded with every result."""
+        return {}
+
+    # --- the physics (traced) ---
 
     def step(self, model: mjx.Model, data: mjx.Data, substeps: int) -> mjx.Data:
         """``substeps`` physics steps of every world."""

@@ -7,10 +7,11 @@ import functools
 from typing import Any
 
 import jax
+import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import native
+from mjxrunner.engine import checks, native, native_ffi
 from mjxrunner.engine.backends.base import Physics
 from mjxrunner.engine.worlds import world_axes
 
@@ -22,6 +23,36 @@ class C(Physics):
     name = "c"
     derives_constants = True
     runs_mjx_passes = False
+    physics_dtype = "float64"  # each world's exact state beside what tasks read
+
+    def check_model(self, m: mujoco.MjModel) -> None:
+        pass  # MuJoCo runs every model it compiles
+
+    def settings(self, m: mujoco.MjModel, num_envs: int, device: jax.Device, **options) -> dict:
+        if device.platform != "cpu":
+            raise ValueError(
+                f"impl 'c' runs MuJoCo on this machine's CPU threads; its worlds live "
+                f"on a CPU device, got {device}"
+            )
+        threads = options.get("num_threads")
+        threads = native.default_threads() if threads is None else threads
+        return {"num_threads": checks.count(threads, "num_threads")}
+
+    def put_model(self, m: mujoco.MjModel, backend: Any, digest: str | None = None) -> mjx.Model:
+        return native.put_model(m, backend.device, backend.num_threads, digest)
+
+    def put_data(self, m: mujoco.MjModel, d: mujoco.MjData, backend: Any) -> mjx.Data:
+        return native.put_data(m, d, backend.device)
+
+    def info(self, backend: Any) -> dict[str, Any]:
+        return {
+            "num_threads": backend.num_threads,
+            "contacts": native.LAYOUT_NOTE,
+            # How each step reaches MuJoCo: the C++ FFI handler, or jax.pure_callback
+            # where it could not be built (see mjxrunner.engine.native_ffi).
+            "host_call": native_ffi.host_call(),
+            "mujoco_timers": "on" if native.timers_on() else "off",
+        }
 
     def step(self, model: mjx.Model, data: mjx.Data, substeps: int) -> mjx.Data:
         one_world = functools.partial(native.step, nstep=substeps)  # all substeps, one call
