@@ -74,8 +74,9 @@ def check_supported(m: mujoco.MjModel, impl: str) -> None:
 class Backend:
     """How the worlds are simulated, chosen once: impl, device, and its settings.
 
-    Everything that differs between the impls lives here, so the engine, the
-    runner, the env, the benchmarks and checkpoints never branch on the impl.
+    What differs between the impls is its :attr:`physics`
+    (:mod:`mjxrunner.engine.backends`), so the engine, the runner, the env, the
+    benchmarks and checkpoints never branch on the impl.
     Frozen and hashable: it is static configuration of compiled functions.
 
     Attributes:
