@@ -694,9 +694,10 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         dtype = backend.float_dtype()
         mask, full = checks.world_rows(states, "states", env_ids, self.num_envs, size, dtype)
         eng = self._eng
-        # where the backend keeps an exact state (impl "c"), it takes the rows' float64 values
-        _, rows = checks.world_rows(states, "states", env_ids, self.num_envs, size, np.float64)
-        exact = eng.config.backend.physics.exact_rows(rows)
+        physics, exact = eng.config.backend.physics, None
+        if physics.physics_dtype is not None:  # its exact state takes the rows' own values
+            _, rows = checks.world_rows(states, "states", env_ids, self.num_envs, size, np.float64)
+            exact = physics.exact_rows(rows)
         state = _set_state(eng.config, eng.model, eng.state, full, mask, spec, update_fk, exact)
         self._eng = eng.replace(state=state)
 
