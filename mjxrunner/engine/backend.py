@@ -13,7 +13,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import backends, checks, cpu_fusion, cpu_linalg, cpu_pool, native
+from mjxrunner.engine import backends, checks, cpu_fusion, cpu_linalg, cpu_pool
 from mjxrunner.engine.backends.mjx import (  # noqa: F401 - public here: Warp's sizes
     GRAPH_MODES,
     Capacities,
@@ -25,7 +25,7 @@ from mjxrunner.engine.backends.mjx import (  # noqa: F401 - public here: Warp's 
 )
 from mjxrunner.engine.errors import CapacityOverflowError, CapacityWarning  # noqa: F401 - public here
 
-IMPLS = ("jax", "warp", "c")
+IMPLS = tuple(backends.BY_NAME)
 
 
 def check_impl(impl: Any) -> str:
@@ -33,10 +33,7 @@ def check_impl(impl: Any) -> str:
     (MJX's spelling of MuJoCo C) comes back as ``"c"``."""
     if not isinstance(impl, str):
         raise TypeError(f"impl must be the str 'jax', 'warp' or 'c', got {type(impl).__name__}")
-    impl = native.ALIASES.get(impl, impl)
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be 'jax', 'warp' or 'c' ('cpp'), got {impl!r}")
-    return impl
+    return backends.of(impl).name  # refuses a name no backend has
 
 
 def resolve_device(device: Any) -> jax.Device:
