@@ -79,13 +79,12 @@ class BraxEnv(_BraxEnv):
 
     Args:
       task: a :class:`~mjxrunner.tasks.Task` or a registered task name.
-      impl: ``"jax"``, ``"warp"`` or ``"c"`` (MuJoCo C, one host call per step from
-        inside Brax's programs).
-      device: None (JAX's default) or a ``jax.Device`` or platform name.
       model: a scene to use instead of the task's.
       randomization: None, or ``mjxrunner.params.Term`` s redrawn per world on
         every restart (Brax's ``randomization_fn``).
-      **options: every other option of :func:`mjxrunner.env.make` but
+      **options: every other option of :func:`mjxrunner.env.make` (the engine's:
+        ``impl="c"`` makes one host call per step from inside Brax's programs,
+        ``device=``, ...) but
         ``autoreset`` (always ``"same_step"``) and ``devices`` (Brax splits the
         batch over devices itself with ``pmap``).
 
@@ -98,8 +97,6 @@ class BraxEnv(_BraxEnv):
         self,
         task: Task | str,
         *,
-        impl: str = "jax",
-        device: Any = None,
         model: mujoco.MjModel | str | os.PathLike | None = None,
         randomization: Any = None,
         **options: Any,
@@ -115,7 +112,7 @@ class BraxEnv(_BraxEnv):
                 "BraxEnv does not take num_envs=: reset(keys) builds the env of as many "
                 "worlds as keys (pass num_envs to Brax's trainer)"
             )
-        self._options = dict(task=task, impl=impl, device=device, model=model, **options)
+        self._options = dict(task=task, model=model, **options)
         self._randomization = list(randomization) if randomization else None
         self._envs: dict[int, env_.Env] = {}
         self._template = self.env_for(1)  # builds once: bad options fail here

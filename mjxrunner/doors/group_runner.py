@@ -83,18 +83,17 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
         ``model`` is anything :class:`~mjxrunner.MultiEnvRunner` accepts, and
         ``options`` its per-group keyword arguments (``keyframe``, ``naconmax``,
         ``njmax``, ``seed``, policies, ...).
-      impl: ``"jax"`` or ``"warp"``, for every group.
       seed: group ``g`` is seeded with ``seed + g`` unless its options say
         otherwise, so it starts exactly as ``MultiEnvRunner(model, n, seed=seed + g)``.
       devices: None, or devices to split every group over (see :meth:`shard`).
-      **options: keyword arguments for every group (``device``, guards, ...).
+      **options: keyword arguments for every group (``impl``, which all groups
+        share, ``device``, guards, ...).
     """
 
     def __init__(
         self,
         groups: Sequence[Any],
         *,
-        impl: str = "jax",
         seed: int = 0,
         devices: Any = None,
         **options: Any,
@@ -105,7 +104,7 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
         specs = [group_spec(spec, g) for g, spec in enumerate(groups)]
         self._index = WorldIndex.of([n for _, n, _ in specs])
         self._members = tuple(
-            runner_.MultiEnvRunner(model, n, impl=impl, **{"seed": seed + g, **options, **own})
+            runner_.MultiEnvRunner(model, n, **{"seed": seed + g, **options, **own})
             for g, (model, n, own) in enumerate(specs)
         )
         self._origins, self._layout = layout.linear(self.num_envs, 0.0), "linear"

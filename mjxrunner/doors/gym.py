@@ -130,9 +130,6 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         (``"NextStep"``, ``"SameStep"``, ``"Disabled"``) or the env's name for it
         (``"next_step"``, ``"same_step"``, ``"disabled"``).
       seed: seed of the first :meth:`reset` when it is given none.
-      impl: the physics, ``"jax"``, ``"warp"`` or ``"c"`` (see
-        :mod:`mjxrunner.engine.backend`).
-      device: None, a ``jax.Device`` or a platform name.
       model: a scene to use instead of the task's (see :func:`mjxrunner.env.make`).
       reset_pool: if > 0, restarts draw from this many cached starts.
       render_mode: None, ``"rgb_array"`` (:meth:`render` returns one frame per
@@ -151,8 +148,8 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         them where they are already).
       **options: every other option of :func:`mjxrunner.env.make`, passed through:
         the engine's (an ``options=`` :class:`~mjxrunner.engine.Options` or its
-        fields by name), ``devices``, ``restart_slots``, ``normalize_obs`` and
-        ``obs_clip``. Guards with policy
+        fields by name: ``impl="c"``, ``device=``, ...), ``devices``,
+        ``restart_slots``, ``normalize_obs`` and ``obs_clip``. Guards with policy
         ``"warn"`` or ``"raise"`` are applied after each step; ``"raise"`` keeps the
         state of before the step.
 
@@ -180,8 +177,6 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
         *,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         seed: int = 0,
-        impl: str = "jax",
-        device: Any = None,
         model: mujoco.MjModel | str | os.PathLike | None = None,
         reset_pool: int = 0,
         render_mode: str | None = None,
@@ -202,8 +197,6 @@ class MjxVectorEnv(gymnasium.vector.VectorEnv):
             task,
             num_envs,
             autoreset=_MODES[mode],
-            impl=impl,
-            device=device,
             model=model,
             reset_pool=reset_pool,
             pool_seed=self._seed,

@@ -84,11 +84,9 @@ class TorchVecEnv:
       task: a :class:`~mjxrunner.tasks.Task` or a registered task name.
       num_envs: number of worlds.
       seed: seed of the first :meth:`reset` when it is given none.
-      impl: MJX implementation, ``"jax"`` or ``"warp"``.
-      device: None (JAX's default device), a ``jax.Device`` or a platform name;
-        the tensors live on the matching torch device.
       model: a scene to use instead of the task's.
-      **options: every other option of :func:`mjxrunner.env.make` (Warp capacities,
+      **options: every other option of :func:`mjxrunner.env.make` (the engine's:
+        ``impl``, ``device``, whose torch device the tensors live on, Warp capacities,
         guards and policies, ``restart_slots``, ``normalize_obs``, ``obs_clip``,
         ``reset_pool``), except ``autoreset`` (always ``"same_step"``) and
         ``devices``.
@@ -116,8 +114,6 @@ class TorchVecEnv:
         num_envs: int,
         *,
         seed: int = 0,
-        impl: str = "jax",
-        device: Any = None,
         model: mujoco.MjModel | str | os.PathLike | None = None,
         **options: Any,
     ):
@@ -128,9 +124,7 @@ class TorchVecEnv:
                     "and lives on one device (run one process per GPU)"
                 )
         self._seed = checks.seed(seed)
-        env = env_.make(
-            task, num_envs, autoreset="same_step", impl=impl, device=device, model=model, **options
-        )
+        env = env_.make(task, num_envs, autoreset="same_step", model=model, **options)
         self._door = door.Door(env, _pack)
         self._out: dict[str, Any] = {}
         self.num_envs = env.num_envs
