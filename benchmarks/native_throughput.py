@@ -513,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from mjxrunner.engine import backend, models, native
+    from mjxrunner.engine.options import Options
 
     if args.mujoco_timers == "on":  # every host made here keeps them
         os.environ[native.TIMERS_ENV] = "1"
@@ -520,7 +521,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         native.default_timers()
     m = models.load_any(args.models[0])
-    info = backend.Backend.make(m, 1, "c", "cpu", num_threads=args.threads).info()
+    info = backend.Backend.make(
+        m, 1, Options(impl="c", device="cpu", num_threads=args.threads)
+    ).info()
     shown = sys.argv[1:] if argv is None else argv
     record = {
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

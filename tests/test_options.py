@@ -6,7 +6,8 @@ import json
 import pytest
 
 from mjxrunner import MultiEnvRunner
-from mjxrunner.engine import configure, events, guards, models, options
+from mjxrunner.doors.group_runner import GroupRunner
+from mjxrunner.engine import backend, configure, events, guards, models, options
 from mjxrunner.engine.options import ENV, RUNNER, Options
 from mjxrunner.rl import env as env_
 
@@ -76,3 +77,33 @@ def test_every_door_takes_options_or_their_names():
     e = env_.make("cartpole_balance", 2, options=Options(max_qvel=4.0))
     assert e.config.options.max_qvel == 4.0
     assert e.config.options.overflow_policy == "raise"  # the given options, not ENV's
+
+
+def test_the_header_follows_the_fields_metadata():
+    saved = {f.name for f in dataclasses.fields(Options) if options.SAVED in f.metadata}
+    assert saved == set(options.NAMES) - {"device", "guards"}  # a device and functions: not saved
+    header = Options().to_header()
+    fields = {f.name: f for f in dataclasses.fields(Options)}
+    backend_fields = {n for n in saved if fields[n].metadata[options.SAVED].backend}
+    assert set(header["options"]) == backend_fields
+    assert set(header) == {"options"} | (saved - backend_fields)
+    assert options.HEADER_KEYS == ("options", "overflow_policy", "instability_policy", "max_qvel")
+
+
+def test_the_backend_is_made_from_the_options_record():
+    m = models.load("cartpole")
+    b = backend.Backend.make(m, 4, Options(impl="cpp", num_threads=1))
+    assert (b.impl, b.num_threads, b.caps) == ("c", 1, None)
+    resolved = b.resolved(Options(impl="cpp", max_qvel=3.0))
+    assert (resolved.impl, resolved.num_threads, resolved.max_qvel) == ("c", 1, 3.0)
+    # each impl reads its own fields of the record and ignores the others'
+    assert backend.Backend.make(m, 4, Options(num_threads=3, naconmax=9)).num_threads is None
+    with pytest.raises(ValueError, match="num_threads must be"):
+        backend.Backend.make(m, 4, Options(impl="c", num_threads=0))
+
+
+def test_groups_share_one_impl_given_once():
+    runner = GroupRunner([("cartpole", 2), ("pendulum", 2)], impl="c")
+    assert [g.impl for g in runner.groups] == ["c", "c"]
+    with pytest.raises(ValueError, match="'impl' is shared by every group; pass it once"):
+        GroupRunner([("cartpole", 2, {"impl": "c"}), ("cartpole", 2)])

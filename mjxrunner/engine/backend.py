@@ -91,48 +91,36 @@ class Backend:
     num_threads: int | None = None
 
     @classmethod
-    def make(
-        cls,
-        m: mujoco.MjModel,
-        num_envs: int,
-        impl: str = "jax",
-        device: Any = None,
-        graph_mode: str | None = None,
-        naconmax: Any = None,
-        njmax: Any = None,
-        naccdmax: Any = None,
-        nvmax: Any = None,
-        num_threads: Any = None,
-    ) -> Backend:
+    def make(cls, m: mujoco.MjModel, num_envs: int, options: Any) -> Backend:
         """Validates the choice for model ``m`` and ``num_envs`` worlds.
 
-        The Warp options are ignored by impls "jax" and "c", ``num_threads`` by the
-        MJX impls; see :func:`capacities` for the Warp defaults. A model the impl
-        cannot run is refused here, naming the feature.
+        Args:
+          m: the host model; one the impl cannot run is refused here, naming the feature.
+          num_envs: number of worlds (Warp's pools are sized for them).
+          options: the engine's :class:`~mjxrunner.engine.options.Options`; it reads
+            ``impl``, ``device`` and the fields its physics chooses from (Warp's
+            graph mode and capacities, impl "c"'s threads: see :func:`capacities`
+            for the Warp defaults), and ignores the others.
         """
-        impl = check_impl(impl)
-        device = resolve_device(device)
+        impl = check_impl(options.impl)
+        device = resolve_device(options.device)
         physics = backends.of(impl)
         physics.check_model(m)
-        options = {"graph_mode": graph_mode, "num_threads": num_threads, "naconmax": naconmax,
-                   "njmax": njmax, "naccdmax": naccdmax, "nvmax": nvmax}  # fmt: skip
-        return cls(impl, device, **physics.settings(m, num_envs, device, **options))
+        return cls(impl, device, **physics.settings(m, num_envs, device, options))
 
     @property
     def physics(self) -> backends.Physics:
         """What the impl does differently (:mod:`mjxrunner.engine.backends`)."""
         return backends.of(self.impl)
 
-    @property
-    def options(self) -> dict[str, Any]:
-        """The keyword arguments of :meth:`make` that rebuild this backend's choice."""
+    def resolved(self, options: Any) -> Any:
+        """``options`` with the choices this backend made from them: the impl's
+        name, Warp's graph mode and capacities, impl "c"'s threads (what checkpoints
+        save, so a restored engine chooses alike)."""
         caps = {} if self.caps is None else self.caps.as_dict()
-        return {
-            "impl": self.impl,
-            "graph_mode": self.graph_mode,
-            "num_threads": self.num_threads,
-            **caps,
-        }
+        return options.replace(
+            impl=self.impl, graph_mode=self.graph_mode, num_threads=self.num_threads, **caps
+        )
 
     def put_model(self, m: mujoco.MjModel, digest: str | None = None) -> mjx.Model:
         """The device model of ``m``, MJX's refusals made readable; ``digest``, the

@@ -109,13 +109,11 @@ class Config:
       guards: the per-world checks after every step (:mod:`mjxrunner.engine.guards`).
       randomization: None, or the randomized parameters.
       mesh: None (one device) or the 1-D ``"worlds"`` mesh the worlds are split over.
-      latency: None, or the action latency (:class:`mjxrunner.engine.events.Latency`).
-      pushes: None, or the random pushes, resolved on the model
+      pushes: None, or the random pushes of ``options.pushes`` resolved on the model
         (:class:`mjxrunner.engine.events.PushPlan`).
-      collisions: False steps every world with its contacts switched off (see
-        :func:`mjxrunner.engine.core.without_contacts`).
       options: the :class:`~mjxrunner.engine.options.Options` it was configured
-        from (capacities resolved): what checkpoints save.
+        from, with the backend's choices (:meth:`~mjxrunner.engine.backend.Backend.resolved`):
+        what checkpoints save, and where the latency and the contact switch are read.
     """
 
     backend: backend_.Backend
@@ -124,10 +122,19 @@ class Config:
     guards: tuple[guards.Guard, ...] = core.DEFAULT_GUARDS
     randomization: Randomization | None = None
     mesh: Mesh | None = None
-    latency: events.Latency | None = None
     pushes: events.PushPlan | None = None
-    collisions: bool = True
     options: Options = options_.RUNNER
+
+    @property
+    def latency(self) -> events.Latency | None:
+        """None, or the action latency (:class:`mjxrunner.engine.events.Latency`)."""
+        return self.options.latency
+
+    @property
+    def collisions(self) -> bool:
+        """False steps every world with its contacts switched off (see
+        :func:`mjxrunner.engine.core.without_contacts`)."""
+        return self.options.collision_enabled
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -167,24 +174,10 @@ def configure(
     arguments, which change ``options``); see ``Options`` for their meaning."""
     opts = options_.of(options_.RUNNER, options, **kwargs)
     guards_.check_policy(opts.overflow_policy, "overflow_policy")
-    latency = events.check_latency(opts.latency)
+    opts = opts.replace(latency=events.check_latency(opts.latency))
     plan = events.resolve_pushes(m, opts.pushes)
-    caps = (opts.naconmax, opts.njmax, opts.naccdmax, opts.nvmax)
-    b = backend_.Backend.make(
-        m, num_envs, opts.impl, opts.device, opts.graph_mode, *caps, opts.num_threads
-    )
-    standard = opts.guard_set(b)
-    opts = opts.replace(latency=latency, **b.options)  # as resolved: impl, capacities
-    return Config(
-        b,
-        num_envs,
-        m.nu,
-        standard,
-        latency=latency,
-        pushes=plan,
-        collisions=opts.collision_enabled,
-        options=opts,
-    )
+    b = backend_.Backend.make(m, num_envs, opts)
+    return Config(b, num_envs, m.nu, opts.guard_set(b), pushes=plan, options=b.resolved(opts))
 
 
 def cleared(state: RunnerState) -> RunnerState:
@@ -295,7 +288,7 @@ def with_host_model(eng: Engine, source: mujoco.MjModel) -> tuple[mujoco.MjModel
     host = copy.copy(source)
     mujoco.mj_setConst(host, mujoco.MjData(host))
     try:
-        b = backend_.Backend.make(host, eng.num_envs, **eng.config.backend.options)
+        b = backend_.Backend.make(host, eng.num_envs, eng.config.options)
         new = put(FlatModel.of(b.put_model(host)), eng.config)
     except ValueError as e:
         raise ValueError(f"update_model: {e}") from e
@@ -664,11 +657,9 @@ def with_events(eng: Engine, latency: Any, pushes: Any, mj_model: mujoco.MjModel
     """``eng`` with other action latency and pushes (see :func:`configure`): the
     state and the default snapshot gain or lose their event fields, and every world
     draws its events afresh from its stream, as on a reset."""
-    latency = events.check_latency(latency)
     config = eng.config.replace(
-        latency=latency,
         pushes=events.resolve_pushes(mj_model, pushes),
-        options=eng.config.options.replace(latency=latency, pushes=pushes),
+        options=eng.config.options.replace(latency=events.check_latency(latency), pushes=pushes),
     )
     state = put(attach_events(config, eng.state), config)
     default = put(attach_events(config, eng.default), config)

@@ -126,7 +126,7 @@ def check_guards(header: dict[str, Any], config: engine.Config, kind: str, where
 def _structure(m: mujoco.MjModel, impl: str) -> tuple[Any, list[tuple[int, ...]]]:
     """Treedef (static fields) and leaf shapes of the device model, signature aside:
     a model loaded from binary bytes has none."""
-    b = backend.Backend.make(m, 1, impl, jax.devices("cpu")[0], graph_mode="jax")
+    b = backend.Backend.make(m, 1, Options(impl=impl, device=jax.devices("cpu")[0]))
     mx = signed(b.put_model(m), 0)
     return engine.structure(mx)
 

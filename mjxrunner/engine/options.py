@@ -18,6 +18,50 @@ import numpy as np
 from mjxrunner.engine import events, guards
 from mjxrunner.engine.guards import MAX_QVEL
 
+SAVED = "saved"
+"""The field-metadata key of an option that checkpoints save, and how (:class:`Saved`)."""
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+@dataclasses.dataclass(frozen=True)
+class Saved:
+    """How a checkpoint header holds an option.
+
+    Attributes:
+      backend: under the header's ``"options"`` (the backend's choice), else at the top.
+      write, read: the option to JSON and back.
+      required: every header has it (False: older files lack it; its default then).
+    """
+
+    backend: bool = False
+    write: Any = _same
+    read: Any = _same
+    required: bool = True
+
+
+def _saved(default: Any, **how: Any) -> Any:
+    """A field that checkpoints save, as ``how`` (:class:`Saved`) says."""
+    return dataclasses.field(default=default, metadata={SAVED: Saved(**how)})
+
+
+def _latency_json(latency: Any) -> Any:
+    return events.latency_to_json(events.check_latency(latency))
+
+
+def _latency(fields: Any) -> Any:
+    return events.latency_from_json(fields)
+
+
+def _pushes_json(pushes: Any) -> Any:
+    return None if pushes is None else pushes.to_json()
+
+
+def _pushes(fields: Any) -> Any:
+    return None if fields is None else events.Pushes.from_json(fields)
+
 
 @dataclasses.dataclass(frozen=True)
 class Options:
@@ -50,21 +94,22 @@ class Options:
       collision_enabled: False steps every world with its contacts switched off.
     """
 
-    impl: str = "jax"
-    device: Any = None
-    graph_mode: str | None = None
-    naconmax: int | None = None
-    njmax: int | None = None
-    naccdmax: int | None = None
-    nvmax: int | None = None
-    num_threads: int | None = None
-    overflow_policy: str = "raise"
-    instability_policy: str = "truncate"
-    max_qvel: float = MAX_QVEL
-    guards: tuple = ()
-    latency: Any = None
-    pushes: Any = None
-    collision_enabled: bool = True
+    impl: str = _saved("jax", backend=True)
+    device: Any = None  # a device of this process: not saved
+    graph_mode: str | None = _saved(None, backend=True)
+    naconmax: int | None = _saved(None, backend=True)
+    njmax: int | None = _saved(None, backend=True)
+    naccdmax: int | None = _saved(None, backend=True)
+    nvmax: int | None = _saved(None, backend=True)
+    num_threads: int | None = _saved(None, backend=True)
+    overflow_policy: str = _saved("raise")
+    instability_policy: str = _saved("truncate", read=lambda p: _current(p, warn=False))
+    max_qvel: float = _saved(MAX_QVEL)
+    guards: tuple = ()  # functions: the header lists every guard's name and policy apart
+    # _saved returns a dataclasses.field (ruff cannot see it for these types)
+    latency: Any = _saved(None, write=_latency_json, read=_latency, required=False)  # noqa: RUF009
+    pushes: Any = _saved(None, write=_pushes_json, read=_pushes, required=False)  # noqa: RUF009
+    collision_enabled: bool = _saved(True, required=False)
 
     def __post_init__(self):
         if not isinstance(self.collision_enabled, (bool, np.bool_)):
@@ -88,37 +133,39 @@ class Options:
         )
 
     def to_header(self) -> dict[str, Any]:
-        """The checkpoint header's fields of these options (user guards aside: they
-        are functions; the header lists every guard's name and policy apart)."""
-        backend = ("impl", "graph_mode", "naconmax", "njmax", "naccdmax", "nvmax", "num_threads")
-        return {
-            "options": {k: getattr(self, k) for k in backend},
-            "overflow_policy": self.overflow_policy,
-            "instability_policy": self.instability_policy,
-            "max_qvel": self.max_qvel,
-            "latency": events.latency_to_json(events.check_latency(self.latency)),
-            "pushes": None if self.pushes is None else self.pushes.to_json(),
-            "collision_enabled": self.collision_enabled,
-        }
+        """The checkpoint header's fields of these options, as their fields'
+        metadata says (:data:`SAVED`): the backend's under ``"options"``, the others
+        at the top; the device and user guards are not saved."""
+        header: dict[str, Any] = {"options": {}}
+        for f in dataclasses.fields(self):
+            if SAVED in f.metadata:
+                how = f.metadata[SAVED]
+                where = header["options"] if how.backend else header
+                where[f.name] = how.write(getattr(self, f.name))
+        return header
 
     @classmethod
     def from_header(cls, header: Mapping[str, Any]) -> Options:
-        """The options a checkpoint header records (the events and the contact switch
-        are absent from older files: none, contacts on)."""
-        pushes = header.get("pushes")
-        return of(
-            cls(),
-            **header["options"],
-            overflow_policy=header["overflow_policy"],
-            instability_policy=_current(header["instability_policy"], warn=False),
-            max_qvel=header["max_qvel"],
-            latency=events.latency_from_json(header.get("latency")),
-            pushes=None if pushes is None else events.Pushes.from_json(pushes),
-            collision_enabled=header.get("collision_enabled", True),
-        )
+        """The options a checkpoint header records (fields that older files lack
+        take their defaults: no events, contacts on)."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            if SAVED in f.metadata:
+                how = f.metadata[SAVED]
+                where = header["options"] if how.backend else header
+                if f.name in where:
+                    values[f.name] = how.read(where[f.name])
+        return of(cls(), **values)
 
 
-HEADER_KEYS = ("options", "overflow_policy", "instability_policy", "max_qvel")
+HEADER_KEYS = (
+    "options",
+    *(
+        f.name
+        for f in dataclasses.fields(Options)
+        if SAVED in f.metadata and f.metadata[SAVED].required and not f.metadata[SAVED].backend
+    ),
+)
 """The header fields of the options that every runner or env checkpoint holds (the
 others are absent from older files)."""
 

@@ -65,6 +65,7 @@ import numpy as np
 from mjxrunner.engine import backend, checks, models, native
 from mjxrunner.engine.backend import describe_backend  # noqa: F401 (re-exported)
 from mjxrunner.engine.models import action_bounds, load_any
+from mjxrunner.engine.options import Options
 from mjxrunner.tools.bench_report import SCHEMA, plot, save, table, to_json, validate
 from mjxrunner.tools.bench_variants import (
     NATIVE,
@@ -399,7 +400,9 @@ def run(
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         # Warp capacities scale with num_envs, so the report names only the graph mode.
-        "backend": backend.Backend.make(mj_model, 1, impl, dev, num_threads=threads).info()
+        "backend": backend.Backend.make(
+            mj_model, 1, Options(impl=impl, device=dev, num_threads=threads)
+        ).info()
         | {"capacities": None},
         "host": _host(threads),
         "config": {

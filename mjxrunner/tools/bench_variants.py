@@ -22,6 +22,7 @@ import numpy as np
 from mujoco import mjx
 
 from mjxrunner.engine import backend
+from mjxrunner.engine.options import Options
 
 RAW = "raw"
 NATIVE = "native"
@@ -119,7 +120,9 @@ def _batched_start(w: Workload) -> tuple[mjx.Model, mjx.Data]:
     ``vmap`` broadcasts the per-world leaves; MJX-Warp's pooled contact buffers stay
     pooled (MJX declares them unmapped), sized by the runner's default capacities.
     """
-    b = backend.Backend.make(w.mj_model, w.num_envs, raw_impl(w.impl), w.device)
+    b = backend.Backend.make(
+        w.mj_model, w.num_envs, Options(impl=raw_impl(w.impl), device=w.device)
+    )
     model, one = b.put_model(w.mj_model), b.put_data(w.mj_model, w.mj_data)
     data = jax.jit(jax.vmap(lambda _: one))(jnp.arange(w.num_envs))
     return model, jax.block_until_ready(data)

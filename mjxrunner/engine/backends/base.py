@@ -46,9 +46,9 @@ class Physics:
         """Refuses a model the impl cannot run, naming the feature and the way out."""
         raise NotImplementedError
 
-    def settings(self, m: mujoco.MjModel, num_envs: int, device: jax.Device, **options) -> dict:
+    def settings(self, m: mujoco.MjModel, num_envs: int, device: jax.Device, options) -> dict:
         """The impl's own fields of a ``Backend`` (``graph_mode``, ``caps``,
-        ``num_threads``) from the options given, validated; the others ignored."""
+        ``num_threads``) from the engine's ``Options``, validated; the others ignored."""
         return {}
 
     def put_model(self, m: mujoco.MjModel, backend: Any, digest: str | None = None) -> mjx.Model:

@@ -28,13 +28,13 @@ class C(Physics):
     def check_model(self, m: mujoco.MjModel) -> None:
         pass  # MuJoCo runs every model it compiles
 
-    def settings(self, m: mujoco.MjModel, num_envs: int, device: jax.Device, **options) -> dict:
+    def settings(self, m: mujoco.MjModel, num_envs: int, device: jax.Device, options) -> dict:
         if device.platform != "cpu":
             raise ValueError(
                 f"impl 'c' runs MuJoCo on this machine's CPU threads; its worlds live "
                 f"on a CPU device, got {device}"
             )
-        threads = options.get("num_threads")
+        threads = options.num_threads
         threads = native.default_threads() if threads is None else threads
         return {"num_threads": checks.count(threads, "num_threads")}
 

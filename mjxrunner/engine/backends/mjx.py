@@ -205,10 +205,10 @@ class Warp(Jax):
     def check_model(self, m: mujoco.MjModel) -> None:
         _check_mjx_model(m, self.name)
 
-    def settings(self, m: mujoco.MjModel, num_envs: int, device: jax.Device, **options) -> dict:
-        caps = {k: options.get(k) for k in ("naconmax", "njmax", "naccdmax", "nvmax")}
+    def settings(self, m: mujoco.MjModel, num_envs: int, device: jax.Device, options) -> dict:
+        caps = {k: getattr(options, k) for k in ("naconmax", "njmax", "naccdmax", "nvmax")}
         return {
-            "graph_mode": check_graph_mode(options.get("graph_mode"), device),
+            "graph_mode": check_graph_mode(options.graph_mode, device),
             "caps": capacities(m, num_envs, **caps),
         }
 
