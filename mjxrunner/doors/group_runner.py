@@ -29,35 +29,30 @@ from typing import Any
 import jax
 import numpy as np
 
+from mjxrunner import engine
 from mjxrunner.doors import controls, layout, runner_io
 from mjxrunner.doors import runner as runner_
 from mjxrunner.engine import backend, checks, health, params
-from mjxrunner.engine import batch as engine
 from mjxrunner.engine.groups import WorldIndex, group_spec, join_reports, padded, route_values
 from mjxrunner.engine.sharding import host_copy
 
 
-def _advance_all(configs, models, default_models, refs, states, scratches, dt, substeps, collides):
+def _advance_all(engs, scratches, dt, substeps, collides):
     return tuple(
-        engine.advance(*args, dt, substeps, collide)
-        for *args, collide in zip(
-            configs, models, default_models, refs, states, scratches, collides, strict=True
-        )
+        runner_._stepped(*args, dt, substeps, collide)
+        for *args, collide in zip(engs, scratches, collides, strict=True)
     )
 
 
-def _restore_all(configs, models, default_models, refs, states, defaults, masks):
+def _restore_all(engs, states, masks):
     return tuple(
-        engine.restore(*args)
-        for args in zip(configs, models, default_models, refs, states, defaults, masks, strict=True)
+        runner_._parts(engine.reset(eng.replace(state=state), mask))
+        for eng, state, mask in zip(engs, states, masks, strict=True)
     )
 
 
-def _redraw_all(configs, models, default_models, refs, states, masks):
-    return tuple(
-        engine.redraw(*args)
-        for args in zip(configs, models, default_models, refs, states, masks, strict=True)
-    )
+def _redraw_all(engs, masks):
+    return tuple(runner_._randomized(*args) for args in zip(engs, masks, strict=True))
 
 
 def _set_ctrl_all(ctrls, masks, values):
@@ -65,13 +60,10 @@ def _set_ctrl_all(ctrls, masks, values):
 
 
 _advance = jax.jit(
-    _advance_all,
-    static_argnames=("configs", "substeps"),
-    donate_argnames="scratches",
-    keep_unused=True,
+    _advance_all, static_argnames="substeps", donate_argnames="scratches", keep_unused=True
 )
-_restore = jax.jit(_restore_all, static_argnames="configs", donate_argnames="states")
-_redraw = jax.jit(_redraw_all, static_argnames="configs")
+_restore = jax.jit(_restore_all, donate_argnames="states")
+_redraw = jax.jit(_redraw_all)
 _set_ctrl = jax.jit(_set_ctrl_all, donate_argnames="ctrls")
 
 
@@ -237,13 +229,8 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
         if dt is not None:
             dt = checks.positive_scalar(dt, "dt", backend.float_dtype())
         engs = [m.engine for m in self._members]
-        redraws = [engine.redraws_in_step(e.config) for e in engs]
         out = _advance(
-            tuple(e.config for e in engs),
-            tuple(e.model for e in engs),
-            tuple(e.default_model if r else None for e, r in zip(engs, redraws, strict=True)),
-            tuple(e.ref for e in engs),
-            tuple(e.state for e in engs),
+            tuple(runner_._for_step(e) for e in engs),
             tuple(m._scratch for m in self._members),
             dt,
             substeps,
@@ -275,8 +262,8 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
         if mask is not None:
             mask = checks.bool_vector(mask, "mask", (n, n + 1))
             masks = self._index.split_mask(mask)
-        fields = self._engine_fields("config", "model", "default_model", "ref", "state", "default")
-        self._take(_restore(*fields, tuple(masks)))
+        engs = tuple(m.engine.replace(state=None) for m in self._members)
+        self._take(_restore(engs, tuple(m.engine.state for m in self._members), tuple(masks)))
 
     def reset_all(self) -> None:
         """Restores every world and every shared leaf; the RNGs keep advancing."""
@@ -347,12 +334,9 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
         if any(m.engine.config.randomization is None for m in self._members):
             raise ValueError("no randomization declared: call set_randomization(terms) first")
         masks = self._index.split_mask(checks.ids_mask(env_ids, self.num_envs))
-        fields = self._engine_fields("config", "model", "default_model", "ref", "state")
-        self._take(_redraw(*fields, tuple(masks)))
-
-    def _engine_fields(self, *names: str) -> list[tuple]:
-        """Per name, the tuple of that field of every group's engine."""
-        return [tuple(getattr(m.engine, name) for m in self._members) for name in names]
+        self._take(
+            _redraw(tuple(m.engine.replace(default=None) for m in self._members), tuple(masks))
+        )
 
     def _take(self, out: Sequence[tuple[Any, Any]]) -> None:
         """Every group's new ``(model, state)``."""

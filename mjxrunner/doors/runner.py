@@ -42,9 +42,9 @@ import mujoco
 import numpy as np
 from jax.sharding import Mesh
 
+from mjxrunner import engine
 from mjxrunner.doors import controls, layout, runner_io
 from mjxrunner.engine import backend, checks, health, native, params, sharding, statevec
-from mjxrunner.engine import batch as engine
 from mjxrunner.engine import guards as guards_  # the constructor's ``guards`` argument shadows it
 from mjxrunner.engine import options as options_
 from mjxrunner.engine.models import load_any
@@ -68,18 +68,50 @@ def _set_ctrl(ctrl, mask, values):
     return jnp.where(mask[:, None], values, ctrl)
 
 
+def _stepped(eng, scratch, dt, substeps, collide):
+    """``engine.step`` of ``eng``, returning only what it changed: ``(model or
+    None, state)``, the model None unless the step redraws parameters (each result
+    is a buffer per leaf; the model's cost 0.3 ms a step at 256 cartpoles).
+    ``scratch`` is the door's double buffer, donated so the new state may take its
+    memory; it is never read."""
+    del scratch
+    new = engine.step(eng, dt, substeps, collide)
+    return (new.model if engine.redraws_in_step(eng.config) else None), new.state
+
+
+def _for_step(eng: engine.Engine) -> engine.Engine:
+    """``eng`` without the parts a step does not read (each argument leaf costs host
+    time too): the snapshot, and the default model unless the step redraws."""
+    redraws = engine.redraws_in_step(eng.config)
+    return eng.replace(default=None, default_model=eng.default_model if redraws else None)
+
+
+def _rolled(eng, actions_or_policy, n_steps, dt, substeps, collide, scratch):
+    """``engine.rollout`` of ``eng``: ``(state, trajectory)``; ``scratch`` as in
+    :func:`_stepped`."""
+    del scratch
+    new, trajectory = engine.rollout(eng, actions_or_policy, n_steps, dt, substeps, collide)
+    return new.state, trajectory
+
+
+def _parts(eng: engine.Engine) -> tuple[Any, Any]:
+    """``(model, state)``: what a reset or a redraw changes."""
+    return eng.model, eng.state
+
+
+def _randomized(eng, mask):
+    """``engine.randomize`` of ``eng``: ``(model, state)``."""
+    return _parts(engine.randomize(eng, mask))
+
+
 # Static and donated arguments by name: JAX finds their positions in the signatures.
 _advance = jax.jit(
-    engine.advance,
-    static_argnames=("config", "substeps"),
-    donate_argnames="scratch",
-    keep_unused=True,
+    _stepped, static_argnames="substeps", donate_argnames="scratch", keep_unused=True
 )
 _roll = {  # a policy is a function, so it is static: one compile per policy object
     policy: jax.jit(
-        engine.roll,
-        static_argnames=("config", "n_steps", "substeps")
-        + (("actions_or_policy",) if policy else ()),
+        _rolled,
+        static_argnames=("n_steps", "substeps") + (("actions_or_policy",) if policy else ()),
         donate_argnames="scratch",
         keep_unused=True,
     )
@@ -90,7 +122,7 @@ _get_state = jax.jit(statevec.get_state, static_argnames=("config", "spec"))
 _set_state = jax.jit(
     statevec.set_state, static_argnames=("config", "spec", "update_fk"), donate_argnames="state"
 )
-_redraw = jax.jit(engine.redraw, static_argnames="config")
+_redraw = jax.jit(_randomized)
 _contact_count = jax.jit(engine.contact_count, static_argnames="config")
 _set_ctrl_fn = jax.jit(_set_ctrl, donate_argnames="ctrl")
 _set_flags = jax.jit(
@@ -103,7 +135,7 @@ PACK_LIMIT = 2 << 20
 
 
 def _packed_advance(config, model_layout: Layout, layout: Layout, substeps: int):
-    """``jit`` of :func:`engine.advance` on packed buffers: ``(model buffers, ref,
+    """``jit`` of :func:`engine.step` on packed buffers: ``(model buffers, ref,
     state buffers, scratch buffers, dt, collide, mask, controls) -> new state
     buffers``, the scratch donated; the controls of the worlds in ``mask`` are written
     first (what ``set_actions`` left for the step: ``MultiEnvRunner._write_ctrl``).
@@ -118,7 +150,8 @@ def _packed_advance(config, model_layout: Layout, layout: Layout, substeps: int)
             layout, scratch, state, (buffers, unpacked), (model_layout, model_buffers, model)
         )
         with native.placing(placement):
-            _, new = engine.advance(config, model, None, ref, state, None, dt, substeps, collide)
+            eng = engine.Engine(config, model, None, state, None, ref)
+            new = engine.step(eng, dt, substeps, collide).state
         return layout.pack(jax.tree.leaves(new), placement.out, placement.values)
 
     key = ("runner.advance", config, model_layout, layout, substeps)
@@ -454,20 +487,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         if self._packs and not engine.redraws_in_step(self._frame.config):
             return self._step_packed(dt, substeps, collide)
         eng = self._eng
-        # The default model is an argument only when a redraw can need it: fewer leaves
-        # to dispatch on every call.
-        default_model = eng.default_model if engine.redraws_in_step(eng.config) else None
-        model, new = _advance(
-            eng.config,
-            eng.model,
-            default_model,
-            eng.ref,
-            eng.state,
-            self._scratch,
-            dt,
-            substeps,
-            collide,
-        )
+        model, new = _advance(_for_step(eng), self._scratch, dt, substeps, collide)
         self._swap(eng.replace(model=eng.model if model is None else model, state=new))
 
     def block_until_ready(self) -> MultiEnvRunner:
@@ -599,8 +619,9 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
                 actions_or_policy, "actions", shape, backend.float_dtype()
             )
         eng = self._eng
+        parts = eng.replace(default_model=None, default=None, ref=None)  # what it reads
         args = (actions_or_policy, n_steps, dt, substeps, collide, self._scratch)
-        new, trajectory = fn(eng.config, eng.model, eng.state, *args)
+        new, trajectory = fn(parts, *args)
         self._swap(eng.replace(state=new))
         return trajectory
 
@@ -864,7 +885,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         if eng.config.randomization is None:
             raise ValueError("no randomization declared: call set_randomization(terms) first")
         mask = checks.ids_mask(env_ids, self.num_envs)
-        model, state = _redraw(eng.config, eng.model, eng.default_model, eng.ref, eng.state, mask)
+        model, state = _redraw(eng.replace(default=None), mask)
         self._eng = eng.replace(model=model, state=state)
 
     # --- user state -----------------------------------------------------------------

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from mjxrunner import engine
 from mjxrunner.engine import archive, codec, params
-from mjxrunner.engine import batch as engine
 from mjxrunner.engine.archive import CheckpointError, fill, read, write
 from mjxrunner.engine.models import load_any
 from mjxrunner.engine.options import Options

@@ -36,3 +36,12 @@ from mjxrunner.engine.statevec import *  # noqa: E402, F403 - the state vectors'
 from mjxrunner.engine.statevec import __all__ as _statevec_all  # noqa: E402
 
 __all__ = ["Options", "cpu_fusion", "cpu_linalg", "cpu_pool", *_batch_all, *_statevec_all]
+
+
+def __getattr__(name: str):
+    # the verbs' older forms: batch warns and gives them (deprecated)
+    from mjxrunner.engine import batch
+
+    if name in batch._DEPRECATED:
+        return getattr(batch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,17 +11,17 @@ guards, randomization terms, mesh) is static treedef metadata, so it can be an
 argument of a user's ``jit``; models are :class:`~mjxrunner.engine.worlds.FlatModel`
 (leaves plus an interned treedef), the convention for every model the engine holds.
 
-The functions come in two layers:
-
-* ``*_local`` functions work on the worlds they are given: one device's slice
-  under ``shard_map``, or every world. They compose (the env calls them inside its
-  own step) and never shard themselves.
-* :func:`step`, :func:`reset`, :func:`rollout`, :func:`randomize` take an
-  :class:`Engine` and run the local functions over the config's mesh.
+Each verb (:func:`step`, :func:`reset`, :func:`rollout`, :func:`randomize`) has one
+form: it takes an :class:`Engine` and runs over the config's mesh (``shard_map``,
+each device stepping its own worlds). Code already inside ``shard_map`` gives it an
+engine of its own worlds (:func:`local`). A door's compiled call returns only what
+the verb changed (each result costs host time), and donates its double buffer.
+:mod:`mjxrunner.engine.core` holds the steps and resets of one ``mjx.Model`` and
+state, which the verbs are made of.
 
 Action latency and pushes (:mod:`mjxrunner.engine.events`) act inside the step, and a
-restored world starts a new episode (:func:`begin_local`: its events are drawn
-anew, its kinematics recomputed on request); :func:`get_state`/:func:`set_state`
+restored world starts a new episode (its events are drawn anew, its kinematics
+recomputed on request); :func:`get_state`/:func:`set_state`
 read and write MuJoCo's ``mjtState`` vectors world by world.
 
 ``reset`` takes a *source of fresh worlds*: the engine's default snapshot (what
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from typing import Any
 
 import jax
@@ -64,10 +65,7 @@ __all__ = [
     "Config",
     "Engine",
     "Randomization",
-    "advance",
     "attach_events",
-    "begin",
-    "begin_local",
     "build",
     "check_guards",
     "cleared",
@@ -76,20 +74,15 @@ __all__ = [
     "contact_count",
     "forward_kinematics",
     "has_events",
+    "local",
     "place",
     "put",
     "randomize",
-    "randomize_local",
     "redraws_in_step",
-    "redraw",
     "reset",
-    "reset_local",
-    "restore",
-    "roll",
     "rollout",
     "split_rng",
     "step",
-    "step_local",
     "structure",
     "with_events",
     "with_host_model",
@@ -217,7 +210,9 @@ def build(
         init = jax.jit(core.init, static_argnames=("num_envs", "nu", "guards"))
         state = init(template, config.num_envs, jax.random.key(seed), config.nu, config.guards)
         if has_events(config):  # the first episode draws its delays and push times
-            state = _first_episode(config.replace(mesh=None), attach_events(config, state))
+            everyone = jnp.ones((config.num_envs,), bool)
+            first = local(config, None, attach_events(config, state))
+            state = _begin_jit(first, everyone).state
     default = jax.jit(cleared)(state)
     eng = Engine(config, model, model, state, default)
     return eng if config.mesh is None else place(eng, config.mesh)
@@ -312,26 +307,6 @@ def split_rng(state: RunnerState) -> tuple[RunnerState, jax.Array]:
     return state.replace(rng=rng), draw
 
 
-def randomize_local(
-    config: Config,
-    model: FlatModel,
-    default_model: FlatModel,
-    ref: params.Reference | None,
-    state: RunnerState,
-    mask: jax.Array,
-) -> tuple[FlatModel, RunnerState]:
-    """Redraws the randomized parameters of the worlds in ``mask`` around the
-    default model, each from its own stream (which advances)."""
-    rand = config.randomization
-    if rand is None:
-        return model, state
-    advanced, keys = split_rng(state)
-    # Only the redrawn worlds' streams advance: a world's draws never depend on others.
-    state = state.replace(rng=jnp.where(mask[:, None], advanced.rng, state.rng))
-    new = params.randomize(model.tree, default_model.tree, keys, mask, rand.terms, ref)
-    return FlatModel.of(new), state
-
-
 def has_events(config: Config) -> bool:
     """Whether the state carries event fields (action latency, pushes)."""
     return config.latency is not None or config.pushes is not None
@@ -363,120 +338,6 @@ def forward_kinematics(model: FlatModel, data: Any) -> Any:
     return jax.vmap(backends.of(m).kinematics, in_axes=(world_axes(m), 0))(m, data)
 
 
-def begin_local(
-    config: Config, model: FlatModel, state: RunnerState, done: jax.Array, update_fk: bool = False
-) -> RunnerState:
-    """Starts new episodes in the worlds in ``done`` (their state already restored):
-    event draws (:func:`mjxrunner.engine.events.restart`) and, with ``update_fk``, forward
-    kinematics with ``model``."""
-    state = events.restart(state, done, config.latency, config.pushes)
-    if update_fk:
-        fresh = forward_kinematics(model, state.data)
-        state = state.replace(data=select_worlds(done, fresh, state.data))
-    return state
-
-
-def _first_episode(config: Config, state: RunnerState) -> RunnerState:
-    everyone = jnp.ones((config.num_envs,), bool)
-    return _begin_jit(config, None, state, everyone)
-
-
-_begin_jit = jax.jit(begin_local, static_argnames=("config", "update_fk"))
-
-
-def step_local(
-    config: Config,
-    model: FlatModel,
-    default_model: FlatModel | None,
-    ref: params.Reference | None,
-    state: RunnerState,
-    dt: jax.Array | None = None,
-    substeps: int = 1,
-    collide: jax.Array | None = None,
-) -> tuple[FlatModel, RunnerState]:
-    """One step of every world and its guards; redraws parameters that are due.
-
-    ``default_model`` is read only when the randomization redraws every n steps;
-    ``collide`` (``(num_envs,)`` bool, or None: ``config.collisions``) switches
-    contacts off in the worlds where it is False, for this step.
-    """
-    # core.step's three parts, called here so a door's step is three calls from the
-    # physics: events before it, MJX, then the guards and counters.
-    state, ctrl = events.before_physics(state, config.pushes)
-    collide = collide_flags(config, collide, state.ctrl.shape[0])
-    data, overflow = core.physics_step(model, state.data, ctrl, dt, substeps, collide)
-    state = core.after_physics(state, data, overflow, config.guards)
-    rand = config.randomization
-    if rand is not None and rand.every_n_steps:
-        due = state.episode_length % rand.every_n_steps == 0
-        model, state = randomize_local(config, model, default_model, ref, state, due)
-    return model, state
-
-
-def reset_local(
-    config: Config,
-    model: FlatModel,
-    default_model: FlatModel,
-    ref: params.Reference | None,
-    state: RunnerState,
-    fresh: Any,
-    done: jax.Array,
-    shared: jax.Array,
-    update_fk: bool = False,
-) -> tuple[FlatModel, RunnerState]:
-    """Restarts the worlds in ``done``; ``shared`` also restores shared leaves.
-
-    The model's per-world leaves of those worlds come back from the default model,
-    then the randomization redraws them if it does so on reset. ``fresh`` is the
-    source of fresh worlds: a ``RunnerState``, or ``fresh(model, state) ->
-    RunnerState`` called with the restored model. Each world keeps its RNG stream
-    and health counts; resets are counted. The new episodes draw their events
-    (:func:`begin_local`); ``update_fk`` recomputes their kinematics with the
-    restored model."""
-    model = FlatModel.of(select_worlds(done, default_model.tree, model.tree, shared))
-    rand = config.randomization
-    if rand is not None and rand.on_reset:
-        model, state = randomize_local(config, model, default_model, ref, state, done)
-    if callable(fresh):  # a source drawn with the new parameters (the env's restarts)
-        fresh = fresh(model, state)
-    state = core.reset_selected(state, fresh, done, shared)
-    state = begin_local(config, model, state, done, update_fk)
-    return model, state.replace(health=health.count_resets(state.health, done))
-
-
-# --- the engine, over its mesh ---------------------------------------------------------
-
-
-def step(
-    eng: Engine, dt: jax.Array | None = None, substeps: int = 1, collide: Any = None
-) -> Engine:
-    """Advances every world by one step (``dt``, in ``substeps`` solver calls);
-    ``collide``: None or ``(num_envs,)`` bool, see :func:`step_local`."""
-    model, state = advance(
-        eng.config, eng.model, eng.default_model, eng.ref, eng.state, None, dt, substeps, collide
-    )
-    return eng.replace(model=eng.model if model is None else model, state=state)
-
-
-def advance(
-    config, model, default_model, ref, state, scratch=None, dt=None, substeps=1, collide=None
-):
-    """:func:`step_local` over the config's mesh; returns ``(model, state)``, the
-    model None unless the step redraws parameters (:func:`redraws_in_step`).
-
-    ``scratch`` is a state of the same structure whose buffers may receive the new
-    state: a stateful door donates its double buffer there (``jit(advance,
-    donate_argnames="scratch", keep_unused=True)``); it is never read. Returning the model only
-    when it can change saves a buffer per model leaf per call (0.3 ms a step at 256
-    cartpoles)."""
-    del scratch
-    fn = lambda m, d, r, s, dt, c: step_local(config, m, d, r, s, dt, substeps, c)  # noqa: E731
-    model, state = on_worlds(
-        fn, config.mesh, model, default_model, ref, state, dt, collide, per_world=(5,)
-    )
-    return (model if redraws_in_step(config) else None), state
-
-
 def redraws_in_step(config: Config) -> bool:
     """Whether the step itself redraws parameters (randomization every n steps): only
     then does it read the default model and change the model."""
@@ -484,9 +345,72 @@ def redraws_in_step(config: Config) -> bool:
     return rand is not None and rand.every_n_steps > 0
 
 
-def reset(
-    eng: Engine, mask: Any = None, source: RunnerState | None = None, update_fk: bool = True
+# --- the verbs: each takes an Engine and runs over its config's mesh ---------------------
+#
+# One form per verb. Code already inside ``shard_map`` (the env's step) gives them an
+# engine of its own worlds (:func:`local`: no mesh), so they do not shard again.
+
+
+def local(
+    config: Config,
+    model: FlatModel | None,
+    state: RunnerState,
+    *,
+    default_model: FlatModel | None = None,
+    ref: params.Reference | None = None,
+    default: RunnerState | None = None,
 ) -> Engine:
+    """An engine of the worlds one device holds (``config`` without its mesh), for
+    code that is already inside ``shard_map``. The parts a verb does not read may
+    be None: the default model is read only by redraws, the snapshot only by a
+    reset from it."""
+    return Engine(config.replace(mesh=None), model, default_model, state, default, ref)
+
+
+def _redraw(config, model, default_model, ref, state, mask):
+    """The parameters of the worlds in ``mask`` redrawn around the default model,
+    each from its own stream (which advances); returns ``(model, state)``."""
+    rand = config.randomization
+    if rand is None:
+        return model, state
+    advanced, keys = split_rng(state)
+    # Only the redrawn worlds' streams advance: a world's draws never depend on others.
+    state = state.replace(rng=jnp.where(mask[:, None], advanced.rng, state.rng))
+    new = params.randomize(model.tree, default_model.tree, keys, mask, rand.terms, ref)
+    return FlatModel.of(new), state
+
+
+def step(
+    eng: Engine, dt: jax.Array | None = None, substeps: int = 1, collide: Any = None
+) -> Engine:
+    """Advances every world by one step (``dt``, in ``substeps`` solver calls) and
+    runs its guards; redraws the parameters that are due (randomization every n
+    steps, :func:`redraws_in_step`: only then is the default model read and the
+    model changed).
+
+    ``collide``: None (``config.collisions``), or ``(num_envs,)`` bool: worlds with
+    False ignore their contacts for this step. Latency and pushes act inside it.
+    """
+    config = eng.config
+
+    def run(model, default_model, ref, state, dt, collide):
+        # core.step's three parts: events before the physics, the physics, then the
+        # guards and counters.
+        state, ctrl = events.before_physics(state, config.pushes)
+        collide = collide_flags(config, collide, state.ctrl.shape[0])
+        data, overflow = core.physics_step(model, state.data, ctrl, dt, substeps, collide)
+        state = core.after_physics(state, data, overflow, config.guards)
+        if redraws_in_step(config):
+            due = state.episode_length % config.randomization.every_n_steps == 0
+            model, state = _redraw(config, model, default_model, ref, state, due)
+        return model, state
+
+    parts = (eng.model, eng.default_model, eng.ref, eng.state, dt, collide)
+    model, state = on_worlds(run, config.mesh, *parts, per_world=(5,))
+    return eng.replace(model=model, state=state)
+
+
+def reset(eng: Engine, mask: Any = None, source: Any = None, update_fk: bool = True) -> Engine:
     """Restores worlds from ``source`` (None: the default snapshot).
 
     Args:
@@ -494,77 +418,80 @@ def reset(
       mask: None (every world, shared leaves too), ``(num_envs,)`` bool (those
         worlds' world-indexed leaves), or ``(num_envs + 1,)`` bool (the last entry
         adds the shared leaves).
-      source: fresh worlds, a ``RunnerState`` of the engine's structure.
+      source: fresh worlds: a ``RunnerState`` of the engine's structure, or
+        ``source(model, state) -> RunnerState``, drawn with the restored (and
+        redrawn) parameters (the env's restarts).
       update_fk: recompute the restored worlds' kinematics with their (restored,
         maybe redrawn) parameters (:func:`forward_kinematics`), so positions match
         ``qpos`` even after a parameter change since the snapshot.
 
-    ``mask=None`` with the default snapshot returns the default model whole, so a
-    parameter promoted since the snapshot becomes shared again. The RNG is never
-    rewound. The restored worlds start new episodes: their events are drawn anew.
+    The model's per-world leaves of the restored worlds come back from the default
+    model, then the randomization redraws them if it does so on reset. Each world
+    keeps its RNG stream and health counts; resets are counted. ``mask=None`` with
+    the default snapshot returns the default model whole, so a parameter promoted
+    since the snapshot becomes shared again. The restored worlds start new
+    episodes: their events are drawn anew.
     """
-    model, state = restore(
-        eng.config,
-        eng.model,
-        eng.default_model,
-        eng.ref,
-        eng.state,
-        eng.default,
-        mask,
-        source,
-        update_fk,
-    )
-    return eng.replace(model=model, state=state)
-
-
-def restore(
-    config, model, default_model, ref, state, default, mask=None, source=None, update_fk=True
-):
-    """:func:`reset` over the engine's parts; returns ``(model, state)``."""
-    fresh = default if source is None else source
+    config, rand = eng.config, eng.config.randomization
     if mask is None and source is None:
         # Everything, shape signature included: the default model and snapshot whole.
         done = jnp.ones((config.num_envs,), bool)
-        state = jax.tree.map(jnp.copy, core.kept_by_reset(state, default))
+        state = jax.tree.map(jnp.copy, core.kept_by_reset(eng.state, eng.default))
         state = state.replace(health=health.count_resets(state.health, done))
-        model = default_model
-        rand = config.randomization
+        new = eng.replace(model=eng.default_model, state=state)
         if rand is not None and rand.on_reset:
-            model, state = redraw(config, model, default_model, ref, state, done)
-        return model, begin(config, model, state, done, update_fk)
-    done, shared = core.parse_mask(mask, config.num_envs)
-    return on_worlds(
-        lambda m, d, r, s, f, k, sh: reset_local(config, m, d, r, s, f, k, sh, update_fk),
-        config.mesh,
-        model,
-        default_model,
-        ref,
-        state,
-        fresh,
-        done,
-        shared,
-        per_world=(5,),
-    )
+            new = randomize(new, done)
+        return _begin(new, done, update_fk)
 
+    def run(model, default_model, ref, state, fresh, done, shared):
+        model = FlatModel.of(select_worlds(done, default_model.tree, model.tree, shared))
+        if rand is not None and rand.on_reset:
+            model, state = _redraw(config, model, default_model, ref, state, done)
+        if callable(fresh):
+            fresh = fresh(model, state)
+        state = core.reset_selected(state, fresh, done, shared)
+        state = _begin(local(config, model, state), done, update_fk).state
+        return model, state.replace(health=health.count_resets(state.health, done))
 
-def begin(config, model, state, done, update_fk=False):
-    """:func:`begin_local` over the config's mesh; returns the state."""
-    if not has_events(config) and not update_fk:
-        return state
-    fn = lambda m, s, k: begin_local(config, m, s, k, update_fk)  # noqa: E731
-    return on_worlds(fn, config.mesh, model, state, done, per_world=(2,))
-
-
-def randomize(eng: Engine, mask: jax.Array) -> Engine:
-    """Redraws the randomized parameters of the worlds in ``(num_envs,)`` ``mask``."""
-    model, state = redraw(eng.config, eng.model, eng.default_model, eng.ref, eng.state, mask)
+    # The worlds of the state given: all of them, or those of one device or one pass.
+    done, shared = core.parse_mask(mask, eng.state.ctrl.shape[0])
+    fresh = eng.default if source is None else source
+    parts = (eng.model, eng.default_model, eng.ref, eng.state, fresh, done, shared)
+    model, state = on_worlds(run, config.mesh, *parts, per_world=(5,))
     return eng.replace(model=model, state=state)
 
 
-def redraw(config, model, default_model, ref, state, mask):
-    """:func:`randomize` over the engine's parts; returns ``(model, state)``."""
-    fn = lambda m, d, r, s, k: randomize_local(config, m, d, r, s, k)  # noqa: E731
-    return on_worlds(fn, config.mesh, model, default_model, ref, state, mask, per_world=(4,))
+def _begin(eng: Engine, done: jax.Array, update_fk: bool = False) -> Engine:
+    """Starts new episodes in the worlds in ``done`` (their state already restored):
+    event draws (:func:`mjxrunner.engine.events.restart`) and, with ``update_fk``,
+    forward kinematics with the engine's model."""
+    config = eng.config
+    if not has_events(config) and not update_fk:
+        return eng
+
+    def run(model, state, done):
+        state = events.restart(state, done, config.latency, config.pushes)
+        if update_fk:
+            fresh = forward_kinematics(model, state.data)
+            state = state.replace(data=select_worlds(done, fresh, state.data))
+        return state
+
+    return eng.replace(
+        state=on_worlds(run, config.mesh, eng.model, eng.state, done, per_world=(2,))
+    )
+
+
+_begin_jit = jax.jit(_begin, static_argnames="update_fk")
+
+
+def randomize(eng: Engine, mask: jax.Array) -> Engine:
+    """Redraws the randomized parameters of the worlds in ``(num_envs,)`` ``mask``
+    around the default model, each from its own stream (which advances)."""
+    config = eng.config
+    run = lambda *parts: _redraw(config, *parts)  # noqa: E731
+    parts = (eng.model, eng.default_model, eng.ref, eng.state, mask)
+    model, state = on_worlds(run, config.mesh, *parts, per_world=(4,))
+    return eng.replace(model=model, state=state)
 
 
 def rollout(
@@ -577,31 +504,13 @@ def rollout(
 ) -> tuple[Engine, Any]:
     """``n_steps`` steps in one ``lax.scan`` (see :func:`mjxrunner.engine.core.rollout`).
 
-    Actions are ``(n_steps, num_envs, nu)``; the trajectory ``(qpos, qvel)`` is
-    time-major, ``(n_steps, num_envs, ...)``. The overflow bits of the final state
-    OR those of every step. Latency and pushes act in every step; ``collide`` as
-    in :func:`step`, for every step.
+    Actions are ``(n_steps, num_envs, nu)``, or ``policy(state, keys)``; the
+    trajectory ``(qpos, qvel)`` is time-major, ``(n_steps, num_envs, ...)``. The
+    overflow bits of the final state OR those of every step. Latency and pushes act
+    in every step; ``collide`` as in :func:`step`, for every step. Parameters are
+    not redrawn within it.
     """
-    state, trajectory = roll(
-        eng.config, eng.model, eng.state, actions_or_policy, n_steps, dt, substeps, collide
-    )
-    return eng.replace(state=state), trajectory
-
-
-def roll(
-    config,
-    model,
-    state,
-    actions_or_policy,
-    n_steps,
-    dt=None,
-    substeps=1,
-    collide=None,
-    scratch=None,
-):
-    """:func:`rollout` over the engine's parts; returns ``(state, trajectory)``.
-    ``scratch``: a buffer to donate, as in :func:`advance`; never read."""
-    del scratch
+    config = eng.config
 
     # Actions and the trajectory are time-major: their world axis is the second one.
     def time_major(shapes):
@@ -609,28 +518,24 @@ def roll(
 
     def run(m, s, u, dt, c):
         c = collide_flags(config, c, s.ctrl.shape[0])
+        if not callable(u):
+            u = jnp.swapaxes(u, 0, 1)  # back to time-major, on this device's worlds
+        pushes = config.pushes
         return core.rollout(
-            m, s, u, n_steps, dt, substeps, guards=config.guards, pushes=config.pushes, collide=c
+            m, s, u, n_steps, dt, substeps, guards=config.guards, pushes=pushes, collide=c
         )
 
     if callable(actions_or_policy):
         policy = lambda m, s, dt, c: run(m, s, actions_or_policy, dt, c)  # noqa: E731
-        return on_worlds(
-            policy, config.mesh, model, state, dt, collide, per_world=(3,), out_specs=time_major
-        )
-    by_world = jnp.swapaxes(actions_or_policy, 0, 1)  # world-major, to split it
-    fn = lambda m, s, u, dt, c: run(m, s, jnp.swapaxes(u, 0, 1), dt, c)  # noqa: E731
-    return on_worlds(
-        fn,
-        config.mesh,
-        model,
-        state,
-        by_world,
-        dt,
-        collide,
-        per_world=(2, 4),
-        out_specs=time_major,
+        parts, per_world = (eng.model, eng.state, dt, collide), (3,)
+    else:
+        by_world = jnp.swapaxes(actions_or_policy, 0, 1)  # world-major, to split it
+        policy = run
+        parts, per_world = (eng.model, eng.state, by_world, dt, collide), (2, 4)
+    state, trajectory = on_worlds(
+        policy, config.mesh, *parts, per_world=per_world, out_specs=time_major
     )
+    return eng.replace(state=state), trajectory
 
 
 def contact_count(config: Config, data: Any) -> jax.Array:
@@ -664,8 +569,100 @@ def with_events(eng: Engine, latency: Any, pushes: Any, mj_model: mujoco.MjModel
     state = put(attach_events(config, eng.state), config)
     default = put(attach_events(config, eng.default), config)
     everyone = jnp.ones((config.num_envs,), bool)
-    state = _begin_over(config, eng.model, state, everyone)
-    return eng.replace(config=config, state=state, default=default)
+    new = eng.replace(config=config, state=state, default=default)
+    return new.replace(state=_begin_jit(new.replace(default=None), everyone).state)
 
 
-_begin_over = jax.jit(begin, static_argnames="config")
+# --- the verbs' older forms, deprecated -------------------------------------------------
+
+
+def _parts(eng: Engine) -> tuple[FlatModel, RunnerState]:
+    return eng.model, eng.state
+
+
+def _advance(
+    config, model, default_model, ref, state, scratch=None, dt=None, substeps=1, collide=None
+):
+    new = step(Engine(config, model, default_model, state, None, ref), dt, substeps, collide)
+    return (new.model if redraws_in_step(config) else None), new.state
+
+
+def _restore(
+    config, model, default_model, ref, state, default, mask=None, source=None, update_fk=True
+):
+    return _parts(
+        reset(Engine(config, model, default_model, state, default, ref), mask, source, update_fk)
+    )
+
+
+def _reset_local(config, model, default_model, ref, state, fresh, done, shared, update_fk=False):
+    eng = local(config, model, state, default_model=default_model, ref=ref)
+    return _parts(reset(eng, jnp.concatenate([done, shared[None]]), fresh, update_fk))
+
+
+def _roll(
+    config,
+    model,
+    state,
+    actions_or_policy,
+    n_steps,
+    dt=None,
+    substeps=1,
+    collide=None,
+    scratch=None,
+):
+    eng = Engine(config, model, None, state, None, None)
+    new, trajectory = rollout(eng, actions_or_policy, n_steps, dt, substeps, collide)
+    return new.state, trajectory
+
+
+def _old_redraw(make):
+    return lambda config, model, default_model, ref, state, mask: _parts(
+        randomize(make(config, model, state, default_model, ref), mask)
+    )
+
+
+def _old_begin(make):
+    return lambda config, model, state, done, update_fk=False: (
+        _begin(make(config, model, state, None, None), done, update_fk).state
+    )
+
+
+def _whole(config, model, state, default_model, ref):
+    return Engine(config, model, default_model, state, None, ref)
+
+
+def _one_device(config, model, state, default_model, ref):
+    return local(config, model, state, default_model=default_model, ref=ref)
+
+
+def _step_local(config, model, default_model, ref, state, dt=None, substeps=1, collide=None):
+    return _parts(
+        step(_one_device(config, model, state, default_model, ref), dt, substeps, collide)
+    )
+
+
+_DEPRECATED = {  # old name: (what replaces it, a function of the old signature)
+    "advance": ("step(eng, ...)", _advance),
+    "step_local": ("step(local(...), ...)", _step_local),
+    "restore": ("reset(eng, ...)", _restore),
+    "reset_local": ("reset(local(...), ...)", _reset_local),
+    "roll": ("rollout(eng, ...)", _roll),
+    "redraw": ("randomize(eng, mask)", _old_redraw(_whole)),
+    "randomize_local": ("randomize(local(...), mask)", _old_redraw(_one_device)),
+    "begin": ("reset(eng, ...), which starts the new episodes", _old_begin(_whole)),
+    "begin_local": ("reset(local(...), ...)", _old_begin(_one_device)),
+}
+"""The parts and one-device forms of the verbs, before each verb had one form."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        new, fn = _DEPRECATED[name]
+        warnings.warn(
+            f"mjxrunner.engine.{name} is deprecated: use mjxrunner.engine.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return fn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

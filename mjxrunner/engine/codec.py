@@ -11,8 +11,7 @@ import jax
 import mujoco
 import numpy as np
 
-from mjxrunner.engine import backend, params
-from mjxrunner.engine import batch as engine
+from mjxrunner.engine import backend, batch, params
 from mjxrunner.engine.archive import CheckpointError, CheckpointWarning, describe
 from mjxrunner.engine.models import from_mjb
 from mjxrunner.engine.options import Options
@@ -62,7 +61,7 @@ def decode_terms(rand: dict[str, Any]) -> list[params.Term]:
 
 
 def engine_fields(
-    config: engine.Config, model: Any, user: Any, ref: Any, options: Options | None = None
+    config: batch.Config, model: Any, user: Any, ref: Any, options: Options | None = None
 ) -> dict[str, Any]:
     """The header fields every kind records about its engine: its options
     (``config.options`` unless given) and what the configuration adds to them."""
@@ -113,7 +112,7 @@ def check_process(header: dict[str, Any], where: str) -> None:
         )
 
 
-def check_guards(header: dict[str, Any], config: engine.Config, kind: str, where: str) -> None:
+def check_guards(header: dict[str, Any], config: batch.Config, kind: str, where: str) -> None:
     saved = [tuple(g) for g in header["guards"]]
     built = [(g.name, g.policy) for g in config.guards]
     if saved != built:
@@ -128,7 +127,7 @@ def _structure(m: mujoco.MjModel, impl: str) -> tuple[Any, list[tuple[int, ...]]
     a model loaded from binary bytes has none."""
     b = backend.Backend.make(m, 1, Options(impl=impl, device=jax.devices("cpu")[0]))
     mx = signed(b.put_model(m), 0)
-    return engine.structure(mx)
+    return batch.structure(mx)
 
 
 def check_same_structure(expected: mujoco.MjModel, saved: mujoco.MjModel, impl, where) -> None:

@@ -12,9 +12,8 @@ from typing import Any
 
 import jax
 
-from mjxrunner import tasks
+from mjxrunner import engine, tasks
 from mjxrunner.engine import archive, codec, core, params
-from mjxrunner.engine import batch as engine
 from mjxrunner.engine.archive import CheckpointError, every_key, fill, read, write
 from mjxrunner.engine.options import Options
 from mjxrunner.engine.sharding import host_copy

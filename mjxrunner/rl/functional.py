@@ -18,9 +18,9 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
+from mjxrunner import engine
 from mjxrunner import tasks as tasks_
 from mjxrunner.engine import backend, checks, core, cpu_fusion, params, programs, sharding
-from mjxrunner.engine import batch as engine
 from mjxrunner.engine import guards as guards_
 from mjxrunner.engine import options as options_
 from mjxrunner.engine.models import HostModel, action_bounds, keyframe_id, load_any, start_data

@@ -34,8 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mjxrunner import engine
 from mjxrunner.engine import archive, checks, core, params
-from mjxrunner.engine import batch as engine
 from mjxrunner.engine.archive import fill, write
 from mjxrunner.engine.groups import WorldIndex, group_spec, join_reports, route_values
 from mjxrunner.engine.worlds import BATCHED, pytree_dataclass, static_field, world_field

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import mujoco
 from mujoco import mjx
 
+from mjxrunner import engine
 from mjxrunner.engine import backends, core, params
-from mjxrunner.engine import batch as engine
 from mjxrunner.engine.sharding import on_worlds
 from mjxrunner.engine.state import RunnerState
 from mjxrunner.engine.worlds import (
@@ -346,9 +346,9 @@ def _restart(
         del s
         return _fresh(env, pool, m, draw, curriculum)
 
-    model, runner = engine.reset_local(
-        env.config, model, default, env.ref, runner, source, mask, jnp.asarray(False)
-    )
+    eng = engine.local(env.config, model, runner, default_model=default, ref=env.ref)
+    restarted = engine.reset(eng, mask, source, update_fk=False)  # (slots,): no shared leaf
+    model, runner = restarted.model, restarted.state
     return (model, runner), curriculum, draw
 
 

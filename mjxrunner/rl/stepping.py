@@ -9,7 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mjxrunner.engine import batch as engine
+from mjxrunner import engine
 from mjxrunner.engine import core, sharding
 from mjxrunner.engine.worlds import (
     world_axes,
@@ -115,9 +115,9 @@ def step_local(env: Env, pool: Any, state: EnvState, action: jax.Array) -> EnvSt
     draw = None
     if draws_every_step(env):  # noise or info updates: every world's stream advances
         cleared, draw = engine.split_rng(cleared)
-    model, runner = engine.step_local(
-        env.config, model, env.model, env.ref, cleared, None, task.substeps
-    )
+    eng = engine.local(env.config, model, cleared, default_model=env.model, ref=env.ref)
+    stepped = engine.step(eng, substeps=task.substeps)
+    model, runner = stepped.model, stepped.state
     tree = model.tree
     axes = world_axes(tree)
     # Reward and termination see the info the step was taken under; the next
