@@ -88,14 +88,16 @@ def test_a_door_on_impl_c_steps_with_the_emitters_as_without():
     v.reset(seed=0)
     d = v._door
     # impl "jax" names the process's own options here: the env is impl "c" either way.
-    on, off = (door.packed_step(d._env_layout, d._layout, d._pack, False, i) for i in ("c", "jax"))
+    on, off = (
+        door.packed_step(d._env_layout, d._held.layout, d._pack, False, i) for i in ("c", "jax")
+    )
     loops = [
-        f.lower(d._env_buffers, d._buffers, np.zeros((4, 3), np.float32)).compile().as_text()
+        f.lower(d._env_buffers, d._held.buffers, np.zeros((4, 3), np.float32)).compile().as_text()
         for f in (on, off)
     ]
     assert loops[0].count(" while(") < loops[1].count(" while(")
     actions = np.random.default_rng(0).uniform(-1, 1, (40, 4, 3)).astype(np.float32)
-    a = b = d._buffers
+    a = b = d._held.buffers
     restarts = 0
     for u in actions:
         a, out_a = on(d._env_buffers, a, u)

@@ -98,8 +98,8 @@ def test_waiting_for_the_steps_reads_nothing_and_changes_nothing(pair):
         pair.step_reference(u)
     assert r.block_until_ready() is r
     # every packed buffer is done, and the state was not unpacked to get there
-    assert all(x.is_ready() for x in jax.tree.leaves(r._buffers))
-    assert not r._fresh
+    assert all(x.is_ready() for x in jax.tree.leaves(r._state.buffers))
+    assert r._state.peek is None  # packed only: nothing unpacked it
     pair.assert_equal()
 
 

@@ -205,7 +205,7 @@ def test_step_double_buffers_by_donation(fresh):
     r.step()
     before = np.array(r.data.qpos)
     old_scratch = r.next_data
-    old_buffers = r._scratch_packed[1]  # the packed state the next step writes into
+    old_buffers = r._spare.buffers  # the packed state the next step writes into
     r.step()
     # the previous state stays readable in next_data...
     np.testing.assert_array_equal(np.asarray(r.next_data.qpos), before)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from mjxrunner.engine import cpu_fusion, guards
-from mjxrunner.engine.packing import Layout, compiled, packer, unpacked, unpacker
+from mjxrunner.engine.packing import Held, Layout, compiled, packer
 from mjxrunner.rl import env as env_
 
 FIELDS = tuple(env_.EnvState.OUTPUTS)
@@ -178,11 +178,8 @@ class Door:
 
     def __init__(self, env: env_.Env, pack: Callable | None = None):
         self._pack = pack
-        self._layout: Layout | None = None
         self.env = env
-        self._buffers: tuple[jax.Array, ...] | None = None
-        self._state: env_.EnvState | None = None  # the pytree, when known
-        self._leaves: list[jax.Array] | None = None  # its leaves, when known
+        self._held = Held()  # the current state (packed, and as a pytree when read)
         self._index: dict[str, tuple[int, int, Any]] = {}
 
     @property
@@ -204,17 +201,14 @@ class Door:
     @property
     def ready(self) -> bool:
         """True once a state has been set (by a reset)."""
-        return self._buffers is not None
+        return self._held.buffers is not None
 
     @property
     def state(self) -> env_.EnvState:
         """The current state as a pytree (unpacked once per step, when asked for)."""
-        if self._buffers is None:
+        if not self.ready:
             raise RuntimeError("call reset() before reading the state")
-        if self._state is None:
-            self._leaves = unpacker(self._layout)(self._buffers)
-            self._state = self._layout.treedef.unflatten(self._leaves)
-        return self._state
+        return self._held.tree
 
     @state.setter
     def state(self, state: env_.EnvState) -> None:
@@ -222,26 +216,24 @@ class Door:
             raise TypeError(
                 f"state must be a mjxrunner.env.EnvState or GroupState, got {type(state).__name__}"
             )
-        layout = Layout.of(state)
-        if self._layout is None or layout.treedef != self._layout.treedef:
+        layout, before = Layout.of(state), self._held.layout
+        if before is None or layout.treedef != before.treedef:
             self._index = _leaf_index(state)
-        if layout != self._layout:
+        if layout != before:
             self._step = None
-        leaves = jax.tree.leaves(state)
-        self._buffers = packer(layout)(leaves)  # new buffers: the caller's stay its own
-        self._layout, self._state, self._leaves = layout, state, leaves
+        else:
+            layout = before  # the compiled step's own
+        self._held.set(state)
+        self._held.pack(layout)  # new buffers: the caller's stay its own
 
     def get(self, name: str) -> Any:
         """A field of the current state by name (one of :data:`FIELDS`), without
         rebuilding the state: an array, or a dict of them for an observation of
         terms."""
-        if self._buffers is None:
+        if not self.ready:
             raise RuntimeError("call reset() before reading the state")
         start, end, treedef = self._index[name]
-        if self._leaves is not None:
-            leaves = self._leaves[start:end]
-        else:
-            leaves = unpacker(self._layout, start, end)(self._buffers)
+        leaves = self._held.leaves(start, end)
         if treedef.num_leaves == 1 and treedef.num_nodes == 1:
             return leaves[0]
         return treedef.unflatten(leaves)
@@ -254,22 +246,20 @@ class Door:
         transfer of their flags); ``"raise"`` keeps the state of before the step
         and raises the guard's error.
         """
-        if self._buffers is None:
+        if not self.ready:
             raise RuntimeError("call reset() before step()")
         keep = self._host_guards  # the state of before the step is needed: no donation
+        held = self._held
         if self._step is None:  # found once per layout, not hashed on every step
             self._step = packed_step(
-                self._env_layout, self._layout, self._pack, not keep, self._env.impl
+                self._env_layout, held.layout, self._pack, not keep, self._env.impl
             )
-        before = self._buffers, self._state, self._leaves
-        self._buffers, packed = self._step(self._env_buffers, self._buffers, action)
-        self._state = self._leaves = None
+        before = held.layout, held.buffers, held.tree if keep else None  # not donated then
+        buffers, packed = self._step(self._env_buffers, held.buffers, action)
+        held.set_packed(held.layout, buffers)
         if keep:
-            prev = before[1]
-            if prev is None:  # not unpacked since the last step
-                prev = unpacked(self._layout, before[0])
-            error = env_.guard_error(self._env, prev, self.state)
+            error = env_.guard_error(self._env, before[2], held.tree)
             if error is not None:
-                self._buffers, self._state, self._leaves = before
+                held.set_packed(*before)  # back to the state of before the step
                 raise error
         return packed

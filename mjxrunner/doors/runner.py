@@ -49,7 +49,7 @@ from mjxrunner.engine import guards as guards_  # the constructor's ``guards`` a
 from mjxrunner.engine import options as options_
 from mjxrunner.engine.models import load_any
 from mjxrunner.engine.options import Options
-from mjxrunner.engine.packing import Layout, compiled, packer, unpacked, unpacker
+from mjxrunner.engine.packing import Held, Layout, compiled, packer, unpacker
 from mjxrunner.engine.sharding import host_copy
 from mjxrunner.engine.worlds import world_mask
 
@@ -222,12 +222,14 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
             self.shard(devices)
 
     def _set_engine(self, eng: engine.Engine) -> None:
-        self._frame, self._fresh, self._buffers, self._layout_of_state = eng, True, None, None
+        # The engine without its state, which is held apart: packed, as a pytree, or both.
+        self._frame, self._state = eng.replace(state=None), Held(eng.state)
+        self._spare = Held(_copy(eng.state))  # the scratch buffer: the state of before
+        self._state_layout: Layout | None = None  # of the last packed state
         self._controls: tuple[np.ndarray, np.ndarray] | None = None  # see _write_ctrl
         self._unset: tuple[np.ndarray, np.ndarray] | None = None  # see _no_controls
         self._model_pack: tuple | None = None  # (model, its layout, its buffers)
         self._advancers: dict[int, Any] = {}  # substeps -> packed step (layouts, config)
-        self._scratch = _copy(eng.state)
         self._host_guards = bool(guards_.host_policies(eng.config.guards))
         size = sum(x.nbytes for x in jax.tree.leaves(eng.state))
         # Impl "c" on one device writes the state's buffers in place (module notes):
@@ -238,10 +240,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
 
     # --- the engine, packed or not ---------------------------------------------------
     #
-    # ``_frame`` is the engine; its state is current when ``_fresh``. ``_buffers``
-    # (when not None) are the current state packed by ``_layout_of_state``. After a
-    # packed step only the buffers are current (the frame's state is None), until
-    # something reads the state.
+    # ``_frame`` is the engine without its state; ``_state`` holds the state, as
+    # packed buffers after a packed step, as a pytree once something reads it.
     # ``_controls`` are controls set on packed buffers and not written yet: the next
     # step writes them, or the next read of the state does.
 
@@ -249,29 +249,24 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
     def _eng(self) -> engine.Engine:
         if self._controls is not None:
             self._flush_controls()
-        if not self._fresh:
-            state = unpacked(self._layout_of_state, self._buffers)
-            self._frame, self._fresh = self._frame.replace(state=state), True
-        return self._frame
+        return self._frame.replace(state=self._state.tree)
 
     @_eng.setter
     def _eng(self, eng: engine.Engine) -> None:
-        if not (self._fresh and eng.state is self._frame.state):
-            self._buffers = None  # a new state: packed again by the next step
+        if not self._state.holds(eng.state):
+            self._state.set(eng.state)  # a new state: packed again by the next step
             self._controls = None  # it was made from a read, which wrote them
         if eng.config is not self._frame.config:
             self._advancers = {}  # the packed steps close over the config
-        self._frame, self._fresh = eng, True
+        self._frame = eng.replace(state=None)
 
     @property
     def _scratch(self) -> Any:
-        if self._scratch_state is None:
-            self._scratch_state = unpacked(*self._scratch_packed)
-        return self._scratch_state
+        return self._spare.tree
 
     @_scratch.setter
     def _scratch(self, state: Any) -> None:
-        self._scratch_state, self._scratch_packed = state, None
+        self._spare.set(state)
 
     def _on_device(self, tree: Any) -> Any:
         """``tree`` with every leaf a placed ``jax.Array`` (an engine given by hand may
@@ -282,18 +277,19 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
 
     def _packed_state(self) -> tuple[Layout, tuple]:
         """The current state's layout and buffers (packing the pytree if needed)."""
-        if self._buffers is None:
-            state = self._on_device(self._frame.state)
+        held = self._state
+        if held.buffers is None:
+            state = self._on_device(held.tree)
             apart = self._frame.config.backend.physics.written_leaves(state)
-            leaves, layout, new = jax.tree.leaves(state), Layout.of(state, apart=apart), False
-            if layout != self._layout_of_state:
-                self._layout_of_state, self._advancers = layout, {}
+            layout = Layout.of(state, apart=apart)
+            new = layout != self._state_layout
+            if new:
+                self._state_layout, self._advancers = layout, {}
                 self._write_packed_ctrl = _packed_ctrl(layout, layout.index(state, "ctrl"))
-                new = True
-            self._buffers = packer(self._layout_of_state)(leaves)
+            held.pack(self._state_layout, state)
             if new:  # compiled with the step, not at the first read after it
-                unpacker(layout)(self._buffers)
-        return self._layout_of_state, self._buffers
+                unpacker(layout)(held.buffers)
+        return held.layout, held.buffers
 
     def _packed_model(self) -> tuple[Layout, tuple]:
         """The model's layout and buffers, packed once per model."""
@@ -427,7 +423,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
     # --- controls and flags -----------------------------------------------------
 
     def _write_ctrl(self, mask: np.ndarray, full: np.ndarray) -> None:
-        if self._buffers is not None:
+        if self._state.buffers is not None:
             # Packed: kept for the next step's program to write, which saves a
             # program call per step (the step loop's set_actions + step).
             if self._controls is not None:
@@ -455,10 +451,10 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         """Writes the controls kept by ``_write_ctrl`` into the packed buffers (and
         the state, if current)."""
         (mask, full), self._controls = self._controls, None
-        self._buffers, ctrl = self._write_packed_ctrl(self._buffers, mask, full)
-        if self._fresh:
-            frame = self._frame
-            self._frame = frame.replace(state=frame.state.replace(ctrl=ctrl))
+        held = self._state
+        buffers, ctrl = self._write_packed_ctrl(held.buffers, mask, full)
+        tree = held.peek  # the pytree, if at hand: it gets the controls too
+        held.set_packed(held.layout, buffers, None if tree is None else tree.replace(ctrl=ctrl))
 
     def set_done_flags(self, terminated: Any, truncated: Any) -> None:
         """Replaces the ``(num_envs,)`` bool ``terminated`` and ``truncated`` flags."""
@@ -497,7 +493,7 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         asynchronous dispatch). Call this to time a loop, or to keep a loop in step
         with the physics, without the cost of reading the state. Returns the runner.
         """
-        jax.block_until_ready(self._frame.state if self._fresh else self._buffers)
+        jax.block_until_ready(self._state.arrays())
         return self
 
     def _step_packed(self, dt: Any, substeps: int, collide: Any) -> None:
@@ -508,18 +504,18 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         if advance is None:
             advance = _packed_advance(self._frame.config, model_layout, layout, substeps)
             self._advancers[substeps] = advance
-        scratch = self._scratch_packed
-        if scratch is not None and scratch[0] is layout:
-            scratch = scratch[1]
+        spare = self._spare
+        if spare.buffers is not None and spare.layout is layout:
+            scratch = spare.buffers
         else:  # buffers of the same signature: the step compiles once, not twice
             scratch = _copy(buffers)
         controls, self._controls = self._controls or self._no_controls(), None
         new = advance(model_buffers, self._frame.ref, buffers, scratch, dt, collide, *controls)
         # The scratch is the old buffers (donated by the next step); its pytree is
-        # unpacked only if next_data is read.
-        self._scratch_state, self._scratch_packed = None, (layout, buffers)
-        # The pytree of before is stale: it goes, not a third copy of the state.
-        self._frame, self._buffers, self._fresh = self._frame.replace(state=None), new, False
+        # unpacked only if next_data is read. The pytree of before goes with them,
+        # not a third copy of the state.
+        spare.set_packed(layout, buffers)
+        self._state.set_packed(layout, new)
 
     def _collide(self, collide: Any) -> np.ndarray | None:
         """The validated ``collide`` flags of a step (None: the runner's setting), as

@@ -235,3 +235,71 @@ def unpacker(layout: Layout, start: int = 0, end: int | None = None) -> Callable
 def unpacked(layout: Layout, buffers: tuple[jax.Array, ...]) -> Any:
     """The pytree of ``buffers``, its leaves new arrays (by :func:`unpacker`)."""
     return layout.treedef.unflatten(unpacker(layout)(buffers))
+
+
+class Held:
+    """One pytree held by a stateful shell: as itself, as the buffers of a
+    :class:`Layout`, or as both.
+
+    Between compiled calls a shell keeps its state packed (each call takes and
+    returns a few buffers) and rebuilds the pytree only when something reads it, at
+    most once per value; :meth:`pack` makes the buffers from the pytree when a call
+    needs them. Unpacked leaves are new arrays, and packing makes new buffers, so
+    no array a caller holds is ever a buffer that a call donates.
+
+    Attributes:
+      layout: the layout of :attr:`buffers` (None while the value is not packed).
+      buffers: the packed value (None while it is not packed).
+    """
+
+    def __init__(self, tree: Any = None):
+        self.set(tree)
+
+    def set(self, tree: Any) -> None:
+        """A new value, as a pytree (packed by the next :meth:`pack`)."""
+        self._tree, self._leaves, self.layout, self.buffers = tree, None, None, None
+
+    def set_packed(self, layout: Layout, buffers: tuple, tree: Any = None) -> None:
+        """A new value, as buffers of ``layout`` (and as ``tree`` too, if given: the
+        same value), unpacked when it is read."""
+        self._tree, self._leaves, self.layout, self.buffers = tree, None, layout, buffers
+
+    def pack(self, layout: Layout, tree: Any = None) -> tuple:
+        """The buffers of the value by ``layout``, made now if the value is not
+        packed; ``tree``: the same value with its leaves placed for packing (it
+        becomes the pytree held)."""
+        if self.buffers is None or self.layout is not layout:
+            self._tree = self._tree if tree is None else tree
+            self._leaves = jax.tree.leaves(self._tree)
+            self.layout, self.buffers = layout, packer(layout)(self._leaves)
+        return self.buffers
+
+    @property
+    def tree(self) -> Any:
+        """The value as a pytree (unpacked now if it is held packed only)."""
+        if self._tree is None and self.buffers is not None:
+            self._leaves = unpacker(self.layout)(self.buffers)
+            self._tree = self.layout.treedef.unflatten(self._leaves)
+        return self._tree
+
+    @property
+    def peek(self) -> Any:
+        """The pytree if it is at hand, else None (unpacking nothing)."""
+        return self._tree
+
+    def holds(self, tree: Any) -> bool:
+        """Whether ``tree`` is the pytree held (the same object), not unpacking."""
+        return self._tree is not None and self._tree is tree
+
+    def arrays(self) -> Any:
+        """The value in whichever form is at hand, converting nothing (to wait on)."""
+        return self._tree if self._tree is not None else self.buffers
+
+    def leaves(self, start: int, end: int) -> list:
+        """Leaves ``start:end`` of the value, unpacking only them if the pytree is not
+        at hand."""
+        if self._leaves is None and self._tree is not None:
+            self._leaves = jax.tree.leaves(self._tree)
+        if self._leaves is not None:
+            return self._leaves[start:end]
+        return unpacker(self.layout, start, end)(self.buffers)
