@@ -167,16 +167,11 @@ def _prepare_raw(w: Workload) -> Trial:
     )
 
 
-def _threads(w: Workload) -> dict[str, int]:
-    """The engine's ``num_threads`` option where the impl has threads."""
-    return {"num_threads": w.threads} if w.impl == "c" else {}
-
-
 def _runner(w: Workload) -> Any:
     from mjxrunner.doors.runner import MultiEnvRunner
 
     return MultiEnvRunner(
-        w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, device=w.device, **_threads(w)
+        w.mj_model, w.num_envs, impl=w.impl, seed=w.seed, device=w.device, num_threads=w.threads
     )
 
 
@@ -223,7 +218,7 @@ def _prepare_env(w: Workload) -> Trial:
         impl=w.impl,
         device=w.device,
         model=w.mj_model,
-        **_threads(w),
+        num_threads=w.threads,
     )
     key = jax.device_put(jax.random.key(w.seed), w.device)
     start = jax.block_until_ready(jax.jit(env_.reset)(env, key))

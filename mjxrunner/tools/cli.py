@@ -339,7 +339,7 @@ def parser() -> argparse.ArgumentParser:
 
     from mjxrunner.tools.train import commands
 
-    commands.add(sub, _positive, IMPLS, IMPL_HELP, default_impl)
+    commands.add(sub, _positive, IMPLS, IMPL_HELP, _impl_and_threads)
     return p
 
 

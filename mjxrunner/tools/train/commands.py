@@ -84,10 +84,7 @@ def _train(args: argparse.Namespace) -> int:
                 shown = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
                                  for k, v in taken.items())  # fmt: skip
                 print(f"{args.task}: the task's suggested settings {shown}", file=sys.stderr)
-        impl = args.impl or args.default_impl()
-        impl = "c" if impl == "cpp" else impl
-        if args.num_threads is not None and impl != "c":
-            raise ValueError(f"--num-threads is for impl 'c' (its threads); impl is {impl!r}")
+        impl, _ = args.impl_and_threads(args, threads_need_c=True)
         options = {
             k: getattr(args, k)
             for k in ("num_envs", "rollout_steps", "learning_rate", "entropy_coef", "hidden")
@@ -188,9 +185,12 @@ def _sim2sim(args: argparse.Namespace) -> int:
     return 0 if r.get("agrees", True) else 1
 
 
-def add(sub: Any, positive: Any, impls: tuple[str, ...], impl_help: str, default_impl: Any) -> None:
+def add(
+    sub: Any, positive: Any, impls: tuple[str, ...], impl_help: str, impl_and_threads: Any
+) -> None:
     """Adds the four commands to the ``mjxrunner`` subparsers ``sub``; ``positive``
-    parses a positive int, ``default_impl()`` is the impl without ``--impl``."""
+    parses a positive int, ``impl_and_threads(args, threads_need_c=)`` checks
+    ``--impl`` (or the machine's default) and ``--num-threads`` together."""
     from mjxrunner.tools.train import TRAINERS
 
     t = sub.add_parser(
@@ -240,7 +240,7 @@ def add(sub: Any, positive: Any, impls: tuple[str, ...], impl_help: str, default
                    "keeps it local)")  # fmt: skip
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("--json", action="store_true", help="print the run's record as JSON")
-    t.set_defaults(func=_train, default_impl=default_impl)
+    t.set_defaults(func=_train, impl_and_threads=impl_and_threads)
 
     p = sub.add_parser("play", help="run a trained policy, print returns, record a video")
     p.add_argument("run", metavar="RUN_DIR")

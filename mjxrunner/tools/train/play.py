@@ -90,8 +90,8 @@ def nominal_env_of(task: Any, num_envs: int, impl: str, num_threads: int | None 
     config = task.obs_config
     if config is not None and config.noise:
         task = task.replace(obs_config=observations.ObsConfig(history=dict(config.history)))
-    options = {"num_threads": num_threads} if impl in ("c", "cpp") and num_threads else {}
-    return E.make(task, num_envs, autoreset="disabled", impl=impl, **options)
+    # num_threads is impl "c"'s; the MJX impls ignore it
+    return E.make(task, num_envs, autoreset="disabled", impl=impl, num_threads=num_threads)
 
 
 def nominal_env(
