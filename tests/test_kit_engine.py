@@ -398,8 +398,11 @@ def test_collisions_off_lets_the_box_fall_through_the_floor(kit):
     # deep in the floor, yet no contact is active in the worlds that do not collide
     assert (kit.contact_count()[[1, 3]] == 0).all()
     # the env's switch is static config, turned into the same flags
-    off = engine.collide_flags(kit.engine.config.replace(collisions=False), None, N)
-    np.testing.assert_array_equal(off, np.zeros(N, bool))
+    config = kit.engine.config
+    off = config.replace(options=config.options.replace(collision_enabled=False))
+    np.testing.assert_array_equal(engine.collide_flags(off, None, N), np.zeros(N, bool))
+    with pytest.warns(DeprecationWarning, match="they are options"):
+        assert config.replace(collisions=False) == off  # its spelling when it was a field
     assert engine.collide_flags(kit.engine.config, None, N) is None  # the plain step
     # the runner's setting holds across resets, until switched back
     kit.set_collision_enabled(False)

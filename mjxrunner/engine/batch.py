@@ -130,6 +130,17 @@ class Config:
         return self.options.collision_enabled
 
     def replace(self, **changes: Any) -> Config:
+        moved = {"latency": "latency", "collisions": "collision_enabled"}
+        if set(changes) & set(moved):  # they were fields before the options held them
+            warnings.warn(
+                "Config.replace(latency=, collisions=) is deprecated: they are options, "
+                "config.replace(options=config.options.replace(...))",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            now = {moved[k]: changes.pop(k) for k in list(changes) if k in moved}
+            options = changes.get("options", self.options)
+            changes["options"] = options.replace(**now)
         return dataclasses.replace(self, **changes)
 
 
