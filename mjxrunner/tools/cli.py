@@ -90,9 +90,13 @@ def _run(args: argparse.Namespace) -> int:
     else:
         max_steps = task.max_episode_steps if task is not None else DEFAULT_MAX_EPISODE_STEPS
     keyframe = task.keyframe if task is not None else None  # resets return there too
-    threads = {} if num_threads is None else {"num_threads": num_threads}
     runner = MultiEnvRunner(
-        args.model, args.num_envs, impl=impl, seed=args.seed, keyframe=keyframe, **threads
+        args.model,
+        args.num_envs,
+        impl=impl,
+        seed=args.seed,
+        keyframe=keyframe,
+        num_threads=num_threads,
     )
     terminated = _terminated_fn(task, runner.model) if task is not None else None
     rng = np.random.default_rng(args.seed)

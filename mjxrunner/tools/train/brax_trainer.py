@@ -184,8 +184,7 @@ def train(
         )
     out = run_dir.refuse_existing(out, resumable=False)
     task = tasks.get(config.task)  # an unknown task is refused before anything is written
-    threads = {"num_threads": config.num_threads} if config.num_threads else {}
-    env = BraxEnv(task, impl=config.impl, **threads)
+    env = BraxEnv(task, impl=config.impl, num_threads=config.num_threads)
     one = env.env_for(1)  # for the record: observation layout, bounds, backend
     if isinstance(one.observation_spec, dict):
         raise ValueError(

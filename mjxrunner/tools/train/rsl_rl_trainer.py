@@ -178,8 +178,9 @@ def load_record(folder: str | os.PathLike) -> dict:
 def _runner(config: Config, seed: int) -> Any:
     """A new ``OnPolicyRunner`` on ``config.num_envs`` fresh worlds."""
     torch.manual_seed(seed)
-    threads = {"num_threads": config.num_threads} if config.num_threads else {}
-    vec = RslRlVecEnv(config.task, config.num_envs, seed=seed, impl=config.impl, **threads)
+    vec = RslRlVecEnv(
+        config.task, config.num_envs, seed=seed, impl=config.impl, num_threads=config.num_threads
+    )
     groups = sorted(vec.env.single_observation_space.spaces)  # the record's layout order
     with contextlib.redirect_stdout(sys.stderr):  # rsl_rl prints its models: keep stdout clean
         return OnPolicyRunner(vec, config.runner_cfg(groups), log_dir=None, device=str(vec.device))
