@@ -262,8 +262,9 @@ class GroupRunner(layout.Layout, controls.Controls):  # layouts over global ids
         if mask is not None:
             mask = checks.bool_vector(mask, "mask", (n, n + 1))
             masks = self._index.split_mask(mask)
-        engs = tuple(m.engine.replace(state=None) for m in self._members)
-        self._take(_restore(engs, tuple(m.engine.state for m in self._members), tuple(masks)))
+        engs = [m.engine for m in self._members]  # each read once: it may unpack the state
+        states = tuple(e.state for e in engs)
+        self._take(_restore(tuple(e.replace(state=None) for e in engs), states, tuple(masks)))
 
     def reset_all(self) -> None:
         """Restores every world and every shared leaf; the RNGs keep advancing."""

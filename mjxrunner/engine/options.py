@@ -51,10 +51,6 @@ def _latency_json(latency: Any) -> Any:
     return events.latency_to_json(events.check_latency(latency))
 
 
-def _latency(fields: Any) -> Any:
-    return events.latency_from_json(fields)
-
-
 def _pushes_json(pushes: Any) -> Any:
     return None if pushes is None else pushes.to_json()
 
@@ -107,7 +103,7 @@ class Options:
     max_qvel: float = _saved(MAX_QVEL)
     guards: tuple = ()  # functions: the header lists every guard's name and policy apart
     # _saved returns a dataclasses.field (ruff cannot see it for these types)
-    latency: Any = _saved(None, write=_latency_json, read=_latency, required=False)  # noqa: RUF009
+    latency: Any = _saved(None, write=_latency_json, read=events.latency_from_json, required=False)  # noqa: RUF009
     pushes: Any = _saved(None, write=_pushes_json, read=_pushes, required=False)  # noqa: RUF009
     collision_enabled: bool = _saved(True, required=False)
 
