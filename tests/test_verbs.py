@@ -98,3 +98,11 @@ def test_an_unknown_name_is_still_an_attribute_error():
     with pytest.raises(AttributeError, match="has no attribute 'advance_all'"):
         mjxrunner.engine.advance_all  # noqa: B018
     assert "advance" not in E.__all__ and "step" in E.__all__ and "local" in E.__all__
+
+
+def test_mjx_jitted_passes_keep_their_old_path():
+    from mjxrunner.engine import backends, core
+
+    for name in ("MJX_STEP", "MJX_FORWARD"):
+        with pytest.warns(DeprecationWarning, match=f"core.{name} is deprecated"):
+            assert getattr(core, name) is getattr(backends.mjx, name)

@@ -350,3 +350,18 @@ def _step_or(model, state, dt, substeps, guards, pushes=None, collide=None):
     """A step whose overflow bits accumulate, so a rollout reports any overflow."""
     new = step(model, state, dt, substeps, guards=guards, pushes=pushes, collide=collide)
     return new.replace(overflow=new.overflow | state.overflow)
+
+
+def __getattr__(name: str) -> Any:
+    # MJX's jitted step and forward pass moved to the MJX physics, which owns them
+    if name in ("MJX_STEP", "MJX_FORWARD"):
+        import warnings
+
+        warnings.warn(
+            f"mjxrunner.engine.core.{name} is deprecated: it is "
+            f"mjxrunner.engine.backends.mjx.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(backends.mjx, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
