@@ -309,7 +309,14 @@ def test_env_over_groups_equals_the_homogeneous_envs(envs, mode):
     reset = jax.jit(E.reset_from_keys)
     refs = [reset(alone[0], keys[:N0]), reset(alone[1], keys[N0:])]
     rng = np.random.default_rng(1)
-    # the step compiled for "next_step" serves every mode, and new values never compile
+    # the step compiled for "next_step" serves every mode, and new values never compile:
+    # compiled here, whichever of the modes ran before on this worker
+    zeros = np.zeros((N, NU), np.float32)
+    warm, alone_warm = envs[0].with_autoreset("next_step"), envs[1]
+    E.jit_step(warm, E.jit_reset(warm, key), zeros)
+    for e, k, n in zip(alone_warm, (keys[:N0], keys[N0:]), (N0, N - N0), strict=True):
+        e = e.with_autoreset("next_step")
+        E.jit_step(e, reset(e, k), zeros[:n])
     counter = CompileCounter().__enter__()
     for t in range(60):
         if t == 30:  # a new shared value in every group
