@@ -15,9 +15,9 @@ small batches on impl "c" (a step and ``set_actions`` of 16 hoppers: 0.9 ms over
 leaves, 0.5 ms packed). Packing copies the state once per step, which costs more
 than it saves past :data:`PACK_LIMIT` bytes of state (measured on impl "c", 2
 threads: 256 hoppers or ants gained 10-25%, 1,024 hoppers and ants and 256
-humanoids lost 10-20%). On impl "c" the step's host call writes the leaves it
-computes (state, derived fields, exact rows) straight into the scratch buffers,
-which the layout keeps apart from the other leaves
+humanoids lost 10-20%); the limit holds on a CPU only. On impl "c" the step's
+host call writes the leaves it computes (state, derived fields, exact rows)
+straight into the scratch buffers, which the layout keeps apart from the other leaves
 (:class:`~mjxrunner.engine.native.Placement`), so packing copies only the few
 others (1,024 cartpoles: 0.78 ms a step against 1.10 with every leaf copied), and
 impl "c" on one device packs at any size (1,024 hoppers and 256 humanoids: 5-8%
@@ -131,7 +131,14 @@ _set_flags = jax.jit(
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 PACK_LIMIT = 2 << 20
-"""Bytes of state up to which plain steps run on packed buffers (module notes)."""
+"""Bytes of state up to which plain steps on a CPU run on packed buffers (module
+notes). Elsewhere packing's copy is microseconds and a step's host time per
+argument and result dominates (an H200's step loop cost ~5.3 ms a step at 4,096 and
+16,384 hoppers on impl "warp", as on impl "jax" at 4,096), so steps pack at any
+size."""
+
+LIMITED_PLATFORMS = ("cpu",)
+"""Platforms where :data:`PACK_LIMIT` applies."""
 
 
 def _packed_advance(config, model_layout: Layout, layout: Layout, substeps: int):
@@ -231,12 +238,15 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         self._model_pack: tuple | None = None  # (model, its layout, its buffers)
         self._advancers: dict[int, Any] = {}  # substeps -> packed step (layouts, config)
         self._host_guards = bool(guards_.host_policies(eng.config.guards))
-        size = sum(x.nbytes for x in jax.tree.leaves(eng.state))
+        leaves = jax.tree.leaves(eng.state)
+        small = sum(x.nbytes for x in leaves) <= PACK_LIMIT
+        platforms = {d.platform for x in leaves if isinstance(x, jax.Array) for d in x.devices()}
+        on_cpu = bool((platforms or {jax.default_backend()}) & set(LIMITED_PLATFORMS))
         # Impl "c" on one device writes the state's buffers in place (module notes):
         # packed at any size. Split over processes, its leaves are rows of 2-D
         # buffers; through jax.pure_callback (no compiler), results are copied anyway.
         in_place = self.mesh is None and native.writes_in_place(eng.default_model.tree)
-        self._packs = (in_place or size <= PACK_LIMIT) and not self._host_guards
+        self._packs = (in_place or small or not on_cpu) and not self._host_guards
 
     # --- the engine, packed or not ---------------------------------------------------
     #
