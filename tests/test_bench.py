@@ -62,7 +62,7 @@ def report_device(report):
 def test_ratios_are_ratios_of_medians(report):
     rows = _by_variant(report)
     raw, native = rows["raw"]["steps_per_s"], rows["native"]["steps_per_s"]
-    for name in ("raw", "rollout", "step_loop", "native"):
+    for name in ("raw", "rollout", "raw_loop", "step_loop", "native"):
         r = rows[name]
         assert r["status"] == "ok", r
         assert r["ratio_to_raw"] == pytest.approx(r["steps_per_s"] / raw, rel=1e-12)
@@ -87,6 +87,7 @@ def test_records_name_what_stepped_their_worlds(report):
     assert impls == {
         "raw": "jax",
         "rollout": "jax",
+        "raw_loop": "jax",
         "step_loop": "jax",
         "native": "mujoco",
         "native_loop": "mujoco",
@@ -133,6 +134,7 @@ def test_impl_c_beside_mjx_and_mujoco_rollout(report_c):
     assert impls == {
         "raw": "jax",
         "rollout": "c",
+        "raw_loop": "jax",
         "step_loop": "c",
         "native": "mujoco",
         "native_loop": "mujoco",

@@ -167,6 +167,22 @@ def _prepare_raw(w: Workload) -> Trial:
     )
 
 
+def _prepare_raw_loop(w: Workload) -> Trial:
+    """``raw`` called once per env step from Python with that step's host controls, as
+    ``step_loop`` takes them: the floor of any step loop (one call and one upload a
+    step, the physics the same)."""
+    model, start = _batched_start(w)
+    rollout = _raw_rollout_warp if w.impl == "warp" else _raw_rollout
+
+    def run() -> None:
+        data = start
+        for t in range(w.n_steps):
+            data = rollout(model, data, w.actions[t : t + 1], w.substeps)
+        jax.block_until_ready(data)
+
+    return Trial(run=run, impl=raw_impl(w.impl))
+
+
 def _runner(w: Workload) -> Any:
     from mjxrunner.doors.runner import MultiEnvRunner
 
@@ -347,6 +363,7 @@ VARIANTS: dict[str, Variant] = {
         Variant(RAW, "jit(vmap(scan(mjx.step))), MJX (impl jax beside impl c)", _prepare_raw),
         Variant("rollout", "runner.rollout (fused scan)", _prepare_rollout),
         Variant("env", "scan of env.step (task + autoreset)", _prepare_env),
+        Variant("raw_loop", "raw called per step from Python", _prepare_raw_loop),
         Variant("step_loop", "set_actions + step() Python loop", _prepare_step_loop),
         Variant(NATIVE, "mujoco.rollout, one call, num_threads", _prepare_native),
         Variant("native_loop", "mujoco.rollout per step, num_threads", _prepare_native_loop),

@@ -288,6 +288,7 @@ def parser() -> argparse.ArgumentParser:
         "bench",
         help="throughput: the runner against raw MJX and native MuJoCo",
         description="Times one workload several ways (raw jit(vmap(scan(mjx.step))) on MJX, "
+        "in one call and once per step, "
         "the runner's rollout and step loop and the env on --impl, native mujoco.rollout "
         "on --num-threads threads in one call and once per step, sharded) at each batch "
         "size: compile time apart, steady-state median of --repeats calls, ratios to raw "
