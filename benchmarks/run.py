@@ -115,11 +115,11 @@ def summary(reports: list[dict]) -> str:
             )
         lines += [
             "",
-            "| model | worlds | raw | rollout | env | step loop | native | sharded "
-            "| rollout/raw | step loop/raw | rollout/native | sharded/rollout "
-            "| largest spread | compile s (raw) |",
+            "| model | worlds | raw | rollout | env | raw loop | step loop | native | sharded "
+            "| rollout/raw | step loop/raw | step loop/raw loop | rollout/native "
+            "| sharded/rollout | largest spread | compile s (raw) |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-            "| ---: | ---: | ---: |",
+            "| ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in group:
             rows: dict[int, dict[str, dict]] = {}
@@ -141,12 +141,14 @@ def summary(reports: list[dict]) -> str:
                 compile_s = f"{raw['compile_s']:.1f}" if raw and raw["status"] == "ok" else "-"
                 sharded, rollout = rate("sharded"), rate("rollout")
                 speedup = sharded / rollout if sharded and rollout else None
+                raw_loop, step_loop = rate("raw_loop"), rate("step_loop")
+                to_loop = step_loop / raw_loop if step_loop and raw_loop else None
                 lines.append(
                     f"| {r['config']['model']} | {n} | {_k(rate('raw'))} | "
-                    f"{_k(rollout)} | {_k(rate('env'))} | {_k(rate('step_loop'))} | "
+                    f"{_k(rollout)} | {_k(rate('env'))} | {_k(raw_loop)} | {_k(step_loop)} | "
                     f"{_k(rate('native'))} | {_k(sharded)} | "
                     f"{_x(ratio('rollout', 'ratio_to_raw'))} | "
-                    f"{_x(ratio('step_loop', 'ratio_to_raw'))} | "
+                    f"{_x(ratio('step_loop', 'ratio_to_raw'))} | {_x(to_loop)} | "
                     f"{_x(ratio('rollout', 'ratio_to_native'))} | {_x(speedup)} | "
                     f"{spread} | {compile_s} |"
                 )

@@ -361,8 +361,10 @@ def test_results_summary_has_a_row_per_size_with_ratios(report):
     assert "| sharded/rollout |" in text and "linalg=xla" in text
     rows = [line for line in text.splitlines() if line.startswith("| mjcf |")]
     assert len(rows) == 1
-    rollout = _by_variant(report)["rollout"]
-    assert f"| {rollout['ratio_to_raw']:.2f} |" in rows[0]
+    by_variant = _by_variant(report)
+    assert f"| {by_variant['rollout']['ratio_to_raw']:.2f} |" in rows[0]
+    to_loop = by_variant["step_loop"]["steps_per_s"] / by_variant["raw_loop"]["steps_per_s"]
+    assert "| step loop/raw loop |" in text and f"| {to_loop:.2f} |" in rows[0]
     assert f"env: {_by_variant(report)['env']['reason']}" in text
 
 
