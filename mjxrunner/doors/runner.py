@@ -239,10 +239,8 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         self._model_pack: tuple | None = None  # (model, its layout, its buffers)
         self._advancers: dict[int, Any] = {}  # substeps -> packed step (layouts, config)
         self._host_guards = bool(guards_.host_policies(eng.config.guards))
-        leaves = jax.tree.leaves(eng.state)
-        small = sum(x.nbytes for x in leaves) <= PACK_LIMIT
-        platforms = {d.platform for x in leaves if isinstance(x, jax.Array) for d in x.devices()}
-        on_cpu = bool((platforms or {jax.default_backend()}) & set(LIMITED_PLATFORMS))
+        small = sum(x.nbytes for x in jax.tree.leaves(eng.state)) <= PACK_LIMIT
+        on_cpu = eng.config.backend.device.platform in LIMITED_PLATFORMS
         # Impl "c" on one device writes the state's buffers in place (module notes):
         # packed at any size. Split over processes, its leaves are rows of 2-D
         # buffers; through jax.pure_callback (no compiler), results are copied anyway.

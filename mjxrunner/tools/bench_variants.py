@@ -157,10 +157,15 @@ def _raw_rollout_warp(model: mjx.Model, data: mjx.Data, actions: jax.Array, subs
     return jax.lax.scan(body, data, actions)[0]
 
 
+def _raw_rollout_of(w: Workload) -> Callable:
+    """The raw rollout of ``w``'s impl."""
+    return _raw_rollout_warp if w.impl == "warp" else _raw_rollout
+
+
 def _prepare_raw(w: Workload) -> Trial:
     model, data = _batched_start(w)
     actions = jax.device_put(w.actions, w.device)
-    rollout = _raw_rollout_warp if w.impl == "warp" else _raw_rollout
+    rollout = _raw_rollout_of(w)
     return Trial(
         run=lambda: jax.block_until_ready(rollout(model, data, actions, w.substeps)),
         impl=raw_impl(w.impl),
@@ -172,7 +177,7 @@ def _prepare_raw_loop(w: Workload) -> Trial:
     ``step_loop`` takes them: the floor of any step loop (one call and one upload a
     step, the physics the same)."""
     model, start = _batched_start(w)
-    rollout = _raw_rollout_warp if w.impl == "warp" else _raw_rollout
+    rollout = _raw_rollout_of(w)
 
     def run() -> None:
         data = start
