@@ -232,11 +232,6 @@ def unpacker(layout: Layout, start: int = 0, end: int | None = None) -> Callable
     )
 
 
-def unpacked(layout: Layout, buffers: tuple[jax.Array, ...]) -> Any:
-    """The pytree of ``buffers``, its leaves new arrays (by :func:`unpacker`)."""
-    return layout.treedef.unflatten(unpacker(layout)(buffers))
-
-
 class Held:
     """One pytree held by a stateful shell: as itself, as the buffers of a
     :class:`Layout`, or as both.
