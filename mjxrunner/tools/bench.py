@@ -13,7 +13,7 @@ controls. Every *variant* runs exactly that workload from the same start state:
    episode statistics), where the model has a task;
 3. ``step_loop``: ``set_actions`` + ``step()`` from a Python loop, as an RL loop
    that lives on the host would call it; ``raw_loop``: ``raw`` called once per env
-   step from Python with the same host controls, the floor of ``step_loop``;
+   step from Python with the same host controls, the same loop written over raw MJX;
 4. ``native``: ``mujoco.rollout`` with ``num_threads`` threads (default: one per
    usable CPU core) over the whole workload in one call, the physics reference on
    the CPU (float64; the floor of impl ``"c"``, which runs the same C engine);

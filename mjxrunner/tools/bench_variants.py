@@ -174,8 +174,10 @@ def _prepare_raw(w: Workload) -> Trial:
 
 def _prepare_raw_loop(w: Workload) -> Trial:
     """``raw`` called once per env step from Python with that step's host controls, as
-    ``step_loop`` takes them: the floor of any step loop (one call and one upload a
-    step, the physics the same)."""
+    ``step_loop`` takes them: the loop a user writes over raw MJX (one call and one
+    upload a step, the physics the same). Not a floor: each call passes MJX's model
+    and data as pytrees of ~220 leaves, where the runner's packed step passes a few
+    buffers."""
     model, start = _batched_start(w)
     rollout = _raw_rollout_of(w)
 
