@@ -336,6 +336,23 @@ def test_step_profile_reads_one_host_call_per_runner_step():
     assert calls == 1.0 and us > 0
 
 
+def test_the_pack_limit_sweep_times_both_steps_and_restores_the_limit(capsys):
+    # benchmarks/pack_limit.py times one runner forced packed and one forced
+    # unpacked; forcing must reach the runner and be undone after it.
+    from mjxrunner import MultiEnvRunner
+    from mjxrunner.engine import backends
+
+    sweep = load_benchmark("pack_limit")
+    own = type(backends.of("c")).pack_limit
+    with sweep.limit_forced("c", 0):
+        assert not MultiEnvRunner("cartpole", 2, impl="c")._packs
+    assert type(backends.of("c")).pack_limit is own
+    sweep.main(["--impl", "c", "--num-envs", "2", "--steps", "2", "--repeats", "1"])
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    assert row[0] == "2" and row[-1] == "any"  # impl "c" on one device: any size
+    assert float(row[2]) > 0 and float(row[3]) > 0
+
+
 @pytest.mark.parametrize("mode", ["step", "gym"])
 def test_the_soak_runs_on_impl_c_without_compiling_after_warm_up(mode, tmp_path):
     # benchmarks/soak.py watches a long run's memory and compiles; on impl "c" a leak

@@ -228,22 +228,20 @@ def test_step_double_buffers_by_donation(fresh):
 
 @pytest.mark.parametrize("impl", ["c", "jax"])
 def test_packed_steps_equal_steps_over_the_pytree(monkeypatch, impl):
-    """The packed step and the pytree step (a host guard) give the same states,
-    reads between steps included. Impl "c" packs a state of any size (its step
-    writes the buffers in place); the limit is for the other impls on a CPU, and
-    off it (here: the CPU not limited) a state over the limit packs too."""
-    from mjxrunner.doors import runner as runner_module
+    """The packed step and the pytree step (a host guard, or a state over the
+    physics' packing limit) give the same states, reads between steps included."""
+    from mjxrunner.engine import backends
 
+    physics = type(backends.of(impl))
     actions = np.linspace(-1, 1, 3 * N).reshape(3, N, 1)
-    default, states = runner_module.PACK_LIMIT, []
-    for limit, limited, policy, packs in (
-        (default, ("cpu",), "truncate", True),
-        (0, ("cpu",), "truncate", impl == "c"),
-        (0, (), "truncate", True),
-        (default, ("cpu",), "warn", False),
+    states = []
+    for limit, policy, packs in (
+        (physics.pack_limit, "truncate", True),  # the physics' own: N cartpoles pack
+        (lambda *_: 0, "truncate", False),
+        (lambda *_: None, "truncate", True),  # any size
+        (lambda *_: None, "warn", False),
     ):
-        monkeypatch.setattr(runner_module, "PACK_LIMIT", limit)
-        monkeypatch.setattr(runner_module, "LIMITED_PLATFORMS", limited)
+        monkeypatch.setattr(physics, "pack_limit", limit)
         r = MultiEnvRunner("cartpole", N, seed=3, impl=impl, instability_policy=policy)
         assert r._packs == packs
         for a in actions:
@@ -265,6 +263,24 @@ def test_packed_steps_equal_steps_over_the_pytree(monkeypatch, impl):
     )
     for other in states[1:]:
         jax.tree.map(same, states[0], other)
+
+
+def test_pack_limits_of_each_impl(fresh):
+    """XLA's impls pack on a CPU up to their limit and at any size elsewhere; impl
+    "c" packs at any size where its host call writes the buffers in place (one
+    device), and up to a limit where its results are copied (sharded)."""
+    from mjxrunner.engine import backends
+    from mjxrunner.engine.backends import base, c
+
+    model = fresh.engine.default_model.tree  # impl "c"; XLA's impls ignore the model
+    for name in ("jax", "warp"):
+        assert backends.of(name).pack_limit(model, "cpu", False) == base.XLA_CPU_PACK_LIMIT
+        assert backends.of(name).pack_limit(model, "gpu", False) is None
+    assert backends.of("c").pack_limit(model, "cpu", False) is None
+    assert backends.of("c").pack_limit(model, "cpu", True) == c.COPIED_PACK_LIMIT
+    # 128 cartpoles' state is under the XLA limit, 512's over it
+    assert MultiEnvRunner("cartpole", 128, impl="jax")._packs
+    assert not MultiEnvRunner("cartpole", 512, impl="jax")._packs
 
 
 def test_step_dt_and_substeps(fresh):

@@ -11,23 +11,19 @@ A plain step (no host guard, no redraw inside the step) of a small batch, and it
 ``set_actions``, work on the state packed into a few buffers
 (:mod:`mjxrunner.engine.packing`): the state's ~70 leaves and the model's ~120 as
 separate arguments and results cost more host time per step than the physics of
-small batches on impl "c" (a step and ``set_actions`` of 16 hoppers: 0.9 ms over
-leaves, 0.5 ms packed). Packing copies the state once per step, which costs more
-than it saves past :data:`PACK_LIMIT` bytes of state (measured on impl "c", 2
-threads: 256 hoppers or ants gained 10-25%, 1,024 hoppers and ants and 256
-humanoids lost 10-20%); the limit holds on a CPU only. On impl "c" the step's
-host call writes the leaves it computes (state, derived fields, exact rows)
-straight into the scratch buffers, which the layout keeps apart from the other leaves
-(:class:`~mjxrunner.engine.native.Placement`), so packing copies only the few
-others (1,024 cartpoles: 0.78 ms a step against 1.10 with every leaf copied), and
-impl "c" on one device packs at any size (1,024 hoppers and 256 humanoids: 5-8%
-faster packed). The double buffer is then two sets of packed buffers; the state's
-pytree is unpacked into arrays of its own when something reads it, at most once
-per step, so no array handed out is ever donated. Every other
-operation works on the pytree, and the next step packs it again. On packed buffers
-``set_actions`` only keeps the controls: the next step's program writes them (one
-program call per step of a step loop, not two), and so does any read of the state
-before it.
+small batches (a step and ``set_actions`` of 16 hoppers on impl "c": 0.9 ms over
+leaves, 0.5 ms packed). Packing copies the state once per step, which on a CPU costs
+more than it saves past a size the impl's physics gives
+(:meth:`~mjxrunner.engine.backends.Physics.pack_limit`): 0.5 MB on impl "jax"; any
+size on impl "c" on one device, whose step's host call writes the leaves it computes
+straight into the scratch buffers, which the layout keeps apart from the other
+leaves (:class:`~mjxrunner.engine.native.Placement`). The double buffer is then two
+sets of packed buffers; the state's pytree is unpacked into arrays of its own when
+something reads it, at most once per step, so no array handed out is ever donated.
+Every other operation works on the pytree, and the next step packs it again. On
+packed buffers ``set_actions`` only keeps the controls: the next step's program
+writes them (one program call per step of a step loop, not two), and so does any
+read of the state before it.
 """
 
 from __future__ import annotations
@@ -130,17 +126,6 @@ _set_flags = jax.jit(
 )
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
-PACK_LIMIT = 2 << 20
-"""Bytes of state up to which plain steps on a CPU run on packed buffers (module
-notes). Elsewhere a step's host time per argument and result dominates (an
-H200's unpacked step loop cost ~2.7 ms a step over raw MJX at both 4,096 and
-16,384 impl "jax" hoppers), against a copy bound by memory bandwidth (the 23 MB
-state of 4,096 hoppers read and written at an H200's 4.8 TB/s: ~10 us), so steps
-pack at any size."""
-
-LIMITED_PLATFORMS = ("cpu",)
-"""Platforms where :data:`PACK_LIMIT` applies."""
-
 
 def _packed_advance(config, model_layout: Layout, layout: Layout, substeps: int):
     """``jit`` of :func:`engine.step` on packed buffers: ``(model buffers, ref,
@@ -239,13 +224,12 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
         self._model_pack: tuple | None = None  # (model, its layout, its buffers)
         self._advancers: dict[int, Any] = {}  # substeps -> packed step (layouts, config)
         self._host_guards = bool(guards_.host_policies(eng.config.guards))
-        small = sum(x.nbytes for x in jax.tree.leaves(eng.state)) <= PACK_LIMIT
-        on_cpu = eng.config.backend.device.platform in LIMITED_PLATFORMS
-        # Impl "c" on one device writes the state's buffers in place (module notes):
-        # packed at any size. Split over processes, its leaves are rows of 2-D
-        # buffers; through jax.pure_callback (no compiler), results are copied anyway.
-        in_place = self.mesh is None and native.writes_in_place(eng.default_model.tree)
-        self._packs = (in_place or small or not on_cpu) and not self._host_guards
+        chosen = eng.config.backend
+        limit = chosen.physics.pack_limit(
+            eng.default_model.tree, chosen.device.platform, self.mesh is not None
+        )
+        small = limit is None or sum(x.nbytes for x in jax.tree.leaves(eng.state)) <= limit
+        self._packs = small and not self._host_guards
 
     # --- the engine, packed or not ---------------------------------------------------
     #
