@@ -7,7 +7,8 @@ differently behind one interface: :mod:`.backends`), the physics step and masked
 mesh), MuJoCo's state vectors (:mod:`.statevec`), guards and health, per-world
 parameters and randomization (:mod:`.params`), action latency and pushes
 (:mod:`.events`), sharding, the model registry (:mod:`.models`), heterogeneous-world
-bookkeeping (:mod:`.groups`), input checks (:mod:`.checks`), every option in one
+bookkeeping (:mod:`.groups`), input checks (:mod:`.checks`), old names kept with a
+warning (:mod:`.deprecated`), every option in one
 dataclass (:mod:`.options`), the checkpoint file format (:mod:`.archive`, the
 engine's fields :mod:`.codec`) and the CPU patches (:mod:`.cpu_linalg`,
 :mod:`.cpu_fusion`, :mod:`.cpu_pool`).
@@ -29,6 +30,8 @@ cpu_linalg.install()
 cpu_fusion.install()
 cpu_pool.install()
 
+from mjxrunner.engine import batch as _batch  # noqa: E402
+from mjxrunner.engine import deprecated as _deprecated  # noqa: E402
 from mjxrunner.engine.batch import *  # noqa: E402, F403 - the engine's functions
 from mjxrunner.engine.batch import __all__ as _batch_all  # noqa: E402
 from mjxrunner.engine.options import Options  # noqa: E402
@@ -38,10 +41,5 @@ from mjxrunner.engine.statevec import __all__ as _statevec_all  # noqa: E402
 __all__ = ["Options", "cpu_fusion", "cpu_linalg", "cpu_pool", *_batch_all, *_statevec_all]
 
 
-def __getattr__(name: str):
-    # the verbs' older forms: batch warns and gives them (deprecated)
-    from mjxrunner.engine import batch
-
-    if name in batch._DEPRECATED:
-        return getattr(batch, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the verbs' older forms, deprecated
+__getattr__ = _deprecated.module_getattr(__name__, _batch._DEPRECATED)

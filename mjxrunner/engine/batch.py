@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
 from typing import Any
 
 import jax
@@ -44,7 +43,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from mjxrunner.engine import backend as backend_
-from mjxrunner.engine import backends, core, events, guards, health, params, sharding
+from mjxrunner.engine import backends, core, deprecated, events, guards, health, params, sharding
 from mjxrunner.engine import guards as guards_
 from mjxrunner.engine import options as options_
 from mjxrunner.engine.options import Options
@@ -132,11 +131,9 @@ class Config:
     def replace(self, **changes: Any) -> Config:
         moved = {"latency": "latency", "collisions": "collision_enabled"}
         if set(changes) & set(moved):  # they were fields before the options held them
-            warnings.warn(
-                "Config.replace(latency=, collisions=) is deprecated: they are options, "
-                "config.replace(options=config.options.replace(...))",
-                DeprecationWarning,
-                stacklevel=2,
+            deprecated.warn(
+                "Config.replace(latency=, collisions=)",
+                "they are options, config.replace(options=config.options.replace(...))",
             )
             now = {moved[k]: changes.pop(k) for k in list(changes) if k in moved}
             options = changes.get("options", self.options)
@@ -654,26 +651,19 @@ def _step_local(config, model, default_model, ref, state, dt=None, substeps=1, c
 
 
 _DEPRECATED = {  # old name: (what replaces it, a function of the old signature)
-    "advance": ("step(eng, ...)", _advance),
-    "step_local": ("step(local(...), ...)", _step_local),
-    "restore": ("reset(eng, ...)", _restore),
-    "reset_local": ("reset(local(...), ...)", _reset_local),
-    "roll": ("rollout(eng, ...)", _roll),
-    "redraw": ("randomize(eng, mask)", _old_redraw(_whole)),
-    "randomize_local": ("randomize(local(...), mask)", _old_redraw(_one_device)),
-    "begin": ("reset(eng, ...), which starts the new episodes", _old_begin(_whole)),
-    "begin_local": ("reset(local(...), ...)", _old_begin(_one_device)),
+    old: (f"use mjxrunner.engine.{new}", fn)
+    for old, (new, fn) in {
+        "advance": ("step(eng, ...)", _advance),
+        "step_local": ("step(local(...), ...)", _step_local),
+        "restore": ("reset(eng, ...)", _restore),
+        "reset_local": ("reset(local(...), ...)", _reset_local),
+        "roll": ("rollout(eng, ...)", _roll),
+        "redraw": ("randomize(eng, mask)", _old_redraw(_whole)),
+        "randomize_local": ("randomize(local(...), mask)", _old_redraw(_one_device)),
+        "begin": ("reset(eng, ...), which starts the new episodes", _old_begin(_whole)),
+        "begin_local": ("reset(local(...), ...)", _old_begin(_one_device)),
+    }.items()
 }
 """The parts and one-device forms of the verbs, before each verb had one form."""
 
-
-def __getattr__(name: str) -> Any:
-    if name in _DEPRECATED:
-        new, fn = _DEPRECATED[name]
-        warnings.warn(
-            f"mjxrunner.engine.{name} is deprecated: use mjxrunner.engine.{new}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return fn
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = deprecated.module_getattr(__name__, _DEPRECATED, shown="mjxrunner.engine")

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import mujoco
 from mujoco import mjx
 
-from mjxrunner.engine import backend, backends, events, guards, health
+from mjxrunner.engine import backend, backends, deprecated, events, guards, health
 from mjxrunner.engine.state import RunnerState
 from mjxrunner.engine.worlds import num_worlds, select_worlds, tree_of
 
@@ -352,16 +352,9 @@ def _step_or(model, state, dt, substeps, guards, pushes=None, collide=None):
     return new.replace(overflow=new.overflow | state.overflow)
 
 
-def __getattr__(name: str) -> Any:
-    # MJX's jitted step and forward pass moved to the MJX physics, which owns them
-    if name in ("MJX_STEP", "MJX_FORWARD"):
-        import warnings
-
-        warnings.warn(
-            f"mjxrunner.engine.core.{name} is deprecated: it is "
-            f"mjxrunner.engine.backends.mjx.{name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(backends.mjx, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# MJX's jitted step and forward pass moved to the MJX physics, which owns them
+__getattr__ = deprecated.module_getattr(
+    __name__,
+    {name: (f"it is mjxrunner.engine.backends.mjx.{name}", getattr(backends.mjx, name))
+     for name in ("MJX_STEP", "MJX_FORWARD")},
+)  # fmt: skip

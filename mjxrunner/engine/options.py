@@ -9,13 +9,12 @@ module only.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from mjxrunner.engine import events, guards
+from mjxrunner.engine import deprecated, events, guards
 from mjxrunner.engine.guards import MAX_QVEL
 
 SAVED = "saved"
@@ -179,12 +178,8 @@ def _current(policy: Any, warn: bool = True) -> Any:
     if policy != "reset":
         return policy
     if warn:
-        # stacklevel 4: the caller of the runner's or env's constructor
-        warnings.warn(
-            'instability_policy="reset" is deprecated: it means "truncate"; say "truncate"',
-            DeprecationWarning,
-            stacklevel=4,
-        )
+        # stacklevel 5: the caller of the runner's or env's constructor
+        deprecated.warn('instability_policy="reset"', 'it means "truncate"; say "truncate"', 5)
     return "truncate"
 
 
