@@ -40,7 +40,17 @@ from jax.sharding import Mesh
 
 from mjxrunner import engine
 from mjxrunner.doors import controls, layout, runner_io
-from mjxrunner.engine import backend, checks, health, native, params, sharding, statevec
+from mjxrunner.engine import (
+    backend,
+    backends,
+    checks,
+    deprecated,
+    health,
+    native,
+    params,
+    sharding,
+    statevec,
+)
 from mjxrunner.engine import guards as guards_  # the constructor's ``guards`` argument shadows it
 from mjxrunner.engine import options as options_
 from mjxrunner.engine.models import load_any
@@ -939,3 +949,16 @@ class MultiEnvRunner(layout.Layout, controls.Controls):  # layouts: display meta
             f"MultiEnvRunner({self._mj_model.nq} dof model, num_envs={self.num_envs}, "
             f"impl={self.impl!r}, device={self.device})"
         )
+
+
+# The one packing limit of every impl became each impl's (Physics.pack_limit); the
+# old value is impl "c"'s where its results are copied. Setting it changes nothing.
+__getattr__ = deprecated.module_getattr(
+    __name__,
+    {
+        "PACK_LIMIT": (
+            "each impl's physics gives its limit, Physics.pack_limit(model, platform, sharded)",
+            backends.c.COPIED_PACK_LIMIT,
+        )
+    },
+)

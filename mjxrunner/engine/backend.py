@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import types
 from importlib import metadata
 from typing import Any
 
@@ -13,7 +14,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import backends, checks, cpu_fusion, cpu_linalg, cpu_pool
+from mjxrunner.engine import backends, checks, cpu_fusion, cpu_linalg, cpu_pool, deprecated, native
 from mjxrunner.engine.backends.mjx import (  # noqa: F401 - public here: Warp's sizes
     GRAPH_MODES,
     Capacities,
@@ -91,7 +92,7 @@ class Backend:
     num_threads: int | None = None
 
     @classmethod
-    def make(cls, m: mujoco.MjModel, num_envs: int, options: Any) -> Backend:
+    def make(cls, m: mujoco.MjModel, num_envs: int, options: Any = None, **choice: Any) -> Backend:
         """Validates the choice for model ``m`` and ``num_envs`` worlds.
 
         Args:
@@ -101,7 +102,13 @@ class Backend:
             ``impl``, ``device`` and the fields its physics chooses from (Warp's
             graph mode and capacities, impl "c"'s threads: see :func:`capacities`
             for the Warp defaults), and ignores the others.
+          **choice: deprecated: the choice as keywords (``impl``, ``device``,
+            ``graph_mode``, ``naconmax``, ``njmax``, ``naccdmax``, ``nvmax``,
+            ``num_threads``; ``options`` then the impl's name, default ``"jax"``),
+            as before the options record.
         """
+        if options is None or isinstance(options, str) or choice:
+            options = _old_choice(options, choice)
         impl = check_impl(options.impl)
         device = resolve_device(options.device)
         physics = backends.of(impl)
@@ -122,6 +129,19 @@ class Backend:
             impl=self.impl, graph_mode=self.graph_mode, num_threads=self.num_threads, **caps
         )
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """Deprecated: the keywords of :meth:`make`'s old form that rebuild this
+        choice (:meth:`resolved` writes it into an ``Options``)."""
+        deprecated.warn("Backend.options", "use Backend.resolved(options)")
+        caps = {} if self.caps is None else self.caps.as_dict()
+        return {
+            "impl": self.impl,
+            "graph_mode": self.graph_mode,
+            "num_threads": self.num_threads,
+            **caps,
+        }
+
     def put_model(self, m: mujoco.MjModel, digest: str | None = None) -> mjx.Model:
         """The device model of ``m``, MJX's refusals made readable; ``digest``, the
         model's ``HostModel`` digest if the caller has it, spares impl "c" hashing
@@ -140,6 +160,48 @@ class Backend:
     def describe_overflow(self, bits: np.ndarray) -> str:
         """A message naming overflowing worlds and the option to raise."""
         return describe_overflow(bits, self.caps)
+
+
+OLD_CHOICE = {
+    "impl": "jax",
+    "device": None,
+    "graph_mode": None,
+    "naconmax": None,
+    "njmax": None,
+    "naccdmax": None,
+    "nvmax": None,
+    "num_threads": None,
+}
+"""The keywords of :meth:`Backend.make`'s old form, with their defaults."""
+
+
+def _old_choice(impl: Any, choice: dict[str, Any]) -> Any:
+    """The record :meth:`Backend.make` reads, from its old form's keywords."""
+    if impl is not None and not isinstance(impl, str):
+        raise TypeError("Backend.make takes an Options, or the old keywords, not both")
+    unknown = sorted(set(choice) - set(OLD_CHOICE))
+    if unknown:
+        raise TypeError(f"Backend.make got unknown keyword(s) {unknown}; pass an Options")
+    deprecated.warn("Backend.make(m, num_envs, impl=..., ...)", "pass Options(impl=..., ...)", 4)
+    return types.SimpleNamespace(**{**OLD_CHOICE, **({"impl": impl} if impl else {}), **choice})
+
+
+def _put_model(
+    m: mujoco.MjModel, impl: str, device: jax.Device, graph_mode: str | None = None
+) -> mjx.Model:
+    impl, device = check_impl(impl), resolve_device(device)
+    mode = check_graph_mode(graph_mode, device) if impl == "warp" else None
+    threads = native.default_threads() if impl == "c" else None
+    return Backend(impl, device, mode, num_threads=threads).put_model(m)
+
+
+def _put_data(
+    m: mujoco.MjModel, d: mujoco.MjData, impl: str, device: jax.Device, caps: Any = None
+) -> mjx.Data:
+    impl = check_impl(impl)
+    return Backend(impl, resolve_device(device), caps=caps if impl == "warp" else None).put_data(
+        m, d
+    )
 
 
 def overflow_bits(data: mjx.Data) -> jax.Array:
@@ -343,3 +405,12 @@ class CompileCounter:
     def count(self) -> int:
         end = CompileCounter._total if self._end is None else self._end
         return end - self._start
+
+
+__getattr__ = deprecated.module_getattr(
+    __name__,
+    {
+        "put_model": ("use Backend.make(m, num_envs, options).put_model(m)", _put_model),
+        "put_data": ("use Backend.make(m, num_envs, options).put_data(m, d)", _put_data),
+    },
+)

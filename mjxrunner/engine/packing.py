@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from mjxrunner.engine import programs
+from mjxrunner.engine import deprecated, programs
 
 _FLAT, _ROWS, _OWN = "flat", "rows", "own"
 
@@ -298,3 +298,12 @@ class Held:
         if self._leaves is not None:
             return self._leaves[start:end]
         return unpacker(self.layout, start, end)(self.buffers)
+
+
+def _unpacked(layout: Layout, buffers: tuple[jax.Array, ...]) -> Any:
+    return layout.treedef.unflatten(unpacker(layout)(buffers))
+
+
+__getattr__ = deprecated.module_getattr(
+    __name__, {"unpacked": ("use Held.set_packed(layout, buffers) and Held.tree", _unpacked)}
+)
