@@ -1,6 +1,7 @@
 """Public names keep working. ``data/public_names.json`` lists every public name of
 every module when the backend redesign began (a module's ``__all__``, else the
-functions and classes it defines and its constants): each must still resolve, and
+functions and classes it defines and its constants; written by
+``data/make_public_names.py``): each must still resolve, and
 those that moved warn with a ``DeprecationWarning`` naming what replaces them. A
 name removed fails here until it has a deprecated alias."""
 

@@ -162,7 +162,7 @@ class Backend:
         return describe_overflow(bits, self.caps)
 
 
-OLD_CHOICE = {
+_OLD_CHOICE = {
     "impl": "jax",
     "device": None,
     "graph_mode": None,
@@ -179,11 +179,11 @@ def _old_choice(impl: Any, choice: dict[str, Any]) -> Any:
     """The record :meth:`Backend.make` reads, from its old form's keywords."""
     if impl is not None and not isinstance(impl, str):
         raise TypeError("Backend.make takes an Options, or the old keywords, not both")
-    unknown = sorted(set(choice) - set(OLD_CHOICE))
+    unknown = sorted(set(choice) - set(_OLD_CHOICE))
     if unknown:
         raise TypeError(f"Backend.make got unknown keyword(s) {unknown}; pass an Options")
     deprecated.warn("Backend.make(m, num_envs, impl=..., ...)", "pass Options(impl=..., ...)", 4)
-    return types.SimpleNamespace(**{**OLD_CHOICE, **({"impl": impl} if impl else {}), **choice})
+    return types.SimpleNamespace(**{**_OLD_CHOICE, **({"impl": impl} if impl else {}), **choice})
 
 
 def _put_model(
