@@ -1,5 +1,6 @@
-"""Checkpoints written before the move into layers (format version 2) still load and
-continue their runs: files made by tests/data/make_old_checkpoints.py at that version."""
+"""Checkpoints of earlier versions still load and continue their runs: files made by
+tests/data/make_old_checkpoints.py before the move into layers (``v2``, format version
+2) and before the backend redesign (``v3``, format version 3)."""
 
 from pathlib import Path
 
@@ -15,29 +16,37 @@ from mjxrunner.engine import models
 
 DATA = Path(__file__).parent / "data"
 ACTIONS = np.linspace(-1, 1, 4, dtype=np.float32)[:, None]
-EXPECTED = dict(np.load(DATA / "v2_expected.npz"))
+VERSIONS = ("v2", "v3")
 
 
-def test_an_old_runner_file_continues_its_run():
-    r = MultiEnvRunner.load(DATA / "v2_runner.npz")
+def expected(version):
+    return dict(np.load(DATA / f"{version}_expected.npz"))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_old_runner_file_continues_its_run(version):
+    r = MultiEnvRunner.load(DATA / f"{version}_runner.npz")
     assert r.num_envs == 4 and r.max_qvel == 1e6
-    # written with the old default instability_policy, "reset": now its name "truncate"
+    # v2 was written with the old default instability_policy, "reset": now "truncate"
     assert r.instability_policy == "truncate"
     assert r.param("dof_damping").shape == (4, 2)  # the per-world value came along
     for _ in range(5):
         r.set_actions(ACTIONS)
         r.step()
-    np.testing.assert_array_equal(np.asarray(r.data.qpos), EXPECTED["runner_qpos"])
-    np.testing.assert_array_equal(np.asarray(r.data.qvel), EXPECTED["runner_qvel"])
+    want = expected(version)
+    np.testing.assert_array_equal(np.asarray(r.data.qpos), want["runner_qpos"])
+    np.testing.assert_array_equal(np.asarray(r.data.qvel), want["runner_qvel"])
 
 
-def test_an_old_env_file_continues_its_run():
-    env, state = mjxenv.load(DATA / "v2_env.npz")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_old_env_file_continues_its_run(version):
+    env, state = mjxenv.load(DATA / f"{version}_env.npz")
     assert env.autoreset == "same_step" and env.task.name == "cartpole_balance"
     for _ in range(5):
         state = mjxenv.jit_step(env, state, jnp.asarray(ACTIONS))
-    np.testing.assert_array_equal(np.asarray(state.obs), EXPECTED["env_obs"])
-    np.testing.assert_array_equal(np.asarray(state.reward), EXPECTED["env_reward"])
+    want = expected(version)
+    np.testing.assert_array_equal(np.asarray(state.obs), want["env_obs"])
+    np.testing.assert_array_equal(np.asarray(state.reward), want["env_reward"])
 
 
 def test_an_old_file_of_the_wrong_kind_names_the_door_to_use():
