@@ -14,7 +14,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from mjxrunner.engine import backends, checks, cpu_fusion, cpu_linalg, cpu_pool, deprecated, native
+from mjxrunner.engine import backends, checks, cpu_fusion, cpu_linalg, cpu_pool, deprecated
 from mjxrunner.engine.backends.mjx import (  # noqa: F401 - public here: Warp's sizes
     GRAPH_MODES,
     Capacities,
@@ -108,7 +108,12 @@ class Backend:
             as before the options record.
         """
         if options is None or isinstance(options, str) or choice:
-            options = _old_choice(options, choice)
+            if options is not None and not isinstance(options, str):
+                raise TypeError("Backend.make takes an Options, or the old keywords, not both")
+            options = _old_record(**({"impl": options} if options else {}), **choice)
+            deprecated.warn(
+                "Backend.make(m, num_envs, impl=..., ...)", "pass Options(impl=..., ...)"
+            )
         impl = check_impl(options.impl)
         device = resolve_device(options.device)
         physics = backends.of(impl)
@@ -124,16 +129,18 @@ class Backend:
         """``options`` with the choices this backend made from them: the impl's
         name, Warp's graph mode and capacities, impl "c"'s threads (what checkpoints
         save, so a restored engine chooses alike)."""
-        caps = {} if self.caps is None else self.caps.as_dict()
-        return options.replace(
-            impl=self.impl, graph_mode=self.graph_mode, num_threads=self.num_threads, **caps
-        )
+        return options.replace(**self._choice())
 
     @property
     def options(self) -> dict[str, Any]:
         """Deprecated: the keywords of :meth:`make`'s old form that rebuild this
         choice (:meth:`resolved` writes it into an ``Options``)."""
         deprecated.warn("Backend.options", "use Backend.resolved(options)")
+        return self._choice()
+
+    def _choice(self) -> dict[str, Any]:
+        """The options this backend chose: impl, Warp's graph mode and capacities,
+        impl "c"'s threads."""
         caps = {} if self.caps is None else self.caps.as_dict()
         return {
             "impl": self.impl,
@@ -175,24 +182,20 @@ _OLD_CHOICE = {
 """The keywords of :meth:`Backend.make`'s old form, with their defaults."""
 
 
-def _old_choice(impl: Any, choice: dict[str, Any]) -> Any:
+def _old_record(**choice: Any) -> Any:
     """The record :meth:`Backend.make` reads, from its old form's keywords."""
-    if impl is not None and not isinstance(impl, str):
-        raise TypeError("Backend.make takes an Options, or the old keywords, not both")
     unknown = sorted(set(choice) - set(_OLD_CHOICE))
     if unknown:
         raise TypeError(f"Backend.make got unknown keyword(s) {unknown}; pass an Options")
-    deprecated.warn("Backend.make(m, num_envs, impl=..., ...)", "pass Options(impl=..., ...)", 4)
-    return types.SimpleNamespace(**{**_OLD_CHOICE, **({"impl": impl} if impl else {}), **choice})
+    return types.SimpleNamespace(**{**_OLD_CHOICE, **choice})
 
 
 def _put_model(
     m: mujoco.MjModel, impl: str, device: jax.Device, graph_mode: str | None = None
 ) -> mjx.Model:
     impl, device = check_impl(impl), resolve_device(device)
-    mode = check_graph_mode(graph_mode, device) if impl == "warp" else None
-    threads = native.default_threads() if impl == "c" else None
-    return Backend(impl, device, mode, num_threads=threads).put_model(m)
+    settings = backends.of(impl).settings(m, 1, device, _old_record(graph_mode=graph_mode))
+    return Backend(impl, device, **settings).put_model(m)
 
 
 def _put_data(
