@@ -82,8 +82,8 @@ def run_suite(folder: Path, pytest_args: list[str]) -> Path:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
         "SUITE_COMPILES_LOG": str(log),
-        "MJXRUNNER_CACHE": str(folder / "cache"),  # the suite's JAX cache: empty
-        "MJXRUNNER_CACHE_DIR": str(folder / "cachedir"),  # impl "c"'s host library
+        # The suite's JAX cache and impl "c"'s host library: empty.
+        "MJXRUNNER_CACHE_DIR": str(folder / "cache"),
         "WARP_CACHE_PATH": str(folder / "warp"),
     }
     cmd = [sys.executable, "-m", "pytest", "-q", f"--junitxml={junit}", *pytest_args]

@@ -30,7 +30,6 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 FAST_COMPILE = "--xla_backend_optimization_level=0"
 if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += f" {FAST_COMPILE}"
-CACHE = Path(os.environ.get("MJXRUNNER_CACHE", Path.home() / ".cache" / "mjxrunner"))
 # The suite sets JAX's cache itself (below), and keeps no programs whole where the
 # Gymnasium door or the command line would (mjxrunner.engine.programs): keeping one
 # costs its export and a compile of its module's call, and pays off only in a later
@@ -45,6 +44,8 @@ import pytest  # noqa: E402
 import warp as wp  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
+import mjxrunner.engine.cache  # noqa: E402
+
 # Property tests: "suite" keeps them fast; benchmarks/fuzz.py runs them with "fuzz"
 # (MJXRUNNER_HYPOTHESIS_PROFILE=fuzz), ~25x as many examples. No example database:
 # nothing is written into the working tree.
@@ -58,6 +59,8 @@ settings.register_profile(
 settings.register_profile("fuzz", settings.get_profile("suite"), max_examples=1000)
 settings.load_profile(os.environ.get("MJXRUNNER_HYPOTHESIS_PROFILE", "suite"))
 
+# JAX's cache where the package keeps its own (MJXRUNNER_CACHE_DIR moves both).
+CACHE = mjxrunner.engine.cache.root()
 jax.config.update("jax_compilation_cache_dir", str(CACHE / "jax"))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
