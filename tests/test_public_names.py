@@ -75,6 +75,9 @@ def test_the_moved_put_functions_give_what_the_backend_puts():
     np.testing.assert_array_equal(data.qpos, chosen.put_data(m, d).qpos)
     with deprecated("put_model"):
         assert backends.of(backend.put_model(m, "c", "cpu")).name == "c"
+    caps = backend.Backend.make(m, 1, Options(impl="warp")).caps
+    with deprecated("put_data"):  # Warp's capacities, which the other impls ignore
+        assert backends.of(backend.put_data(m, d, "c", "cpu", caps)).name == "c"
 
 
 def test_packing_and_the_runner_keep_their_old_names():

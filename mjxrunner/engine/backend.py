@@ -201,10 +201,8 @@ def _put_model(
 def _put_data(
     m: mujoco.MjModel, d: mujoco.MjData, impl: str, device: jax.Device, caps: Any = None
 ) -> mjx.Data:
-    impl = check_impl(impl)
-    return Backend(impl, resolve_device(device), caps=caps if impl == "warp" else None).put_data(
-        m, d
-    )
+    # only Warp's physics reads the capacities; the others put the data without them
+    return Backend(check_impl(impl), resolve_device(device), caps=caps).put_data(m, d)
 
 
 def overflow_bits(data: mjx.Data) -> jax.Array:
